@@ -1,0 +1,32 @@
+"""gqa-flash: FlashAttention with grouped-query attention, built step by step.
+
+Importing the package first settles where kernels run (``runtime``): on a
+machine with no CUDA device it switches Triton to its interpreter before any
+kernel is defined.
+
+The public API dispatches to the graded modules chosen by
+``GQA_FLASH_IMPL=student`` (default: the files in this package) or
+``GQA_FLASH_IMPL=solutions`` (the files in ``solutions/``).
+"""
+
+from gqa_flash import runtime  # first: sets TRITON_INTERPRET when there is no GPU
+from gqa_flash.api import (
+    flash_attention_forward,
+    merge_softmax_states,
+    naive_attention,
+    online_softmax,
+    tiled_attention,
+)
+from gqa_flash.reference import reference_attention
+from gqa_flash.runtime import describe
+
+__all__ = [
+    "naive_attention",
+    "online_softmax",
+    "merge_softmax_states",
+    "tiled_attention",
+    "flash_attention_forward",
+    "reference_attention",
+    "describe",
+    "runtime",
+]

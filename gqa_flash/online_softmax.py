@@ -1,0 +1,82 @@
+# Student version of solutions/online_softmax.py, written by `python -m gqa_flash.release`.
+# Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+"""Online softmax: the softmax of a row you may only read one block at a time.
+
+A safe softmax needs the row's maximum ``m`` before it can take any exponential:
+
+    softmax(x)_j = exp(x_j - m) / l,     l = sum_j exp(x_j - m)
+
+FlashAttention never holds a whole row of scores, so it keeps a running state
+``(m, l)`` instead and folds in one block after another. When a block raises
+the maximum from ``m_old`` to ``m_new``, every exponential summed so far was
+taken against the wrong maximum; multiplying the sum by ``exp(m_old - m_new)``
+fixes all of them at once, because exp(x - m_old) * exp(m_old - m_new) =
+exp(x - m_new). Nothing is approximated: the final ``(m, l)`` is exactly the
+one a two-pass softmax computes.
+
+The same rescaling merges any two partial states, in any order; that is what
+lets the kernel split a row over key blocks (and, in Flash-Decoding, over
+programs).
+
+A block can be entirely ``-inf`` (masked keys in a causal row). Its state is
+``(m, l) = (-inf, 0)``, and the functions below must not turn that into NaN:
+``exp(-inf - (-inf))`` is NaN, so use 0 in place of an infinite maximum when you
+subtract it.
+"""
+
+import torch
+
+
+def block_state(x_block):
+    """The softmax state of one block: ``(m, l)`` over its last dimension.
+
+    ``m`` is the row maximum and ``l = sum(exp(x_block - m))``, both shaped like
+    ``x_block`` without its last dimension. A row that is entirely ``-inf``
+    gets ``(-inf, 0)``.
+    """
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 1) ---
+    # The state of a single block. Compute m (max over the last dim) and
+    # l = sum(exp(x_block - m)) over the last dim.
+    # Careful with a row that is all -inf: its m is -inf and its l must be 0,
+    # not NaN. Subtract a finite stand-in (0) where m is -inf.
+    raise NotImplementedError("Part 1 of online_softmax.py is not implemented yet")
+    # --- END OF STUDENT IMPLEMENTATION ---
+    return m, l
+
+
+def merge_states(m_a, l_a, m_b, l_b):
+    """Merge two softmax states of disjoint parts of the same rows.
+
+    Returns ``(m, l)`` with ``m = max(m_a, m_b)`` and both sums rescaled to it:
+    ``l = l_a * exp(m_a - m) + l_b * exp(m_b - m)``.
+    """
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 2) ---
+    # The new maximum is the larger of the two. Each partial sum was taken
+    # against its own maximum: rescale each to the new one before adding.
+    # As in Part 1, an infinite new maximum (both parts all -inf) must give
+    # l = 0, not NaN.
+    raise NotImplementedError("Part 2 of online_softmax.py is not implemented yet")
+    # --- END OF STUDENT IMPLEMENTATION ---
+    return m, l
+
+
+def online_softmax(x, block_size):
+    """Softmax over the last dimension of ``x``, reading ``block_size`` columns at a time.
+
+    Pass 1 streams the blocks and keeps only the running ``(m, l)`` of each row;
+    pass 2 normalises. Computes in float32 and returns ``x``'s dtype.
+    """
+    x32 = x.float()
+    n = x32.shape[-1]
+    m = torch.full(x32.shape[:-1], float("-inf"), device=x.device)
+    l = torch.zeros(x32.shape[:-1], device=x.device)
+
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
+    # Pass 1: for each block x32[..., start:start + block_size] (the last one
+    # may be shorter), take its state with block_state and fold it into the
+    # running (m, l) with merge_states.
+    # Pass 2: the softmax itself, exp(x32 - m) / l, with m and l broadcast
+    # over the last dimension.
+    raise NotImplementedError("Part 3 of online_softmax.py is not implemented yet")
+    # --- END OF STUDENT IMPLEMENTATION ---
+    return probs.to(x.dtype)

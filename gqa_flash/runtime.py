@@ -1,0 +1,97 @@
+"""Where the kernels run: a CUDA GPU, or Triton's interpreter on the CPU.
+
+Triton decides at *definition* time whether an ``@triton.jit`` function is
+compiled for a GPU or run by its Python interpreter: ``triton.jit`` reads the
+environment variable ``TRITON_INTERPRET`` when the decorator runs. So this
+module must run before any kernel module is imported. ``gqa_flash/__init__.py``
+imports it first, and the kernel modules import it too, so even
+``import gqa_flash.forward`` on its own gets it right.
+
+On a machine with no CUDA device we switch the interpreter on. It runs every
+program of the grid one after the other in NumPy: slow, but exact enough to
+check a kernel, and it lets a student with a laptop do the whole course.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+def _cuda_usable() -> bool:
+    try:
+        return torch.cuda.is_available() and torch.cuda.device_count() > 0
+    except Exception:  # a broken driver must not stop the CPU path
+        return False
+
+
+# Decide once, at import, before any kernel is defined. A user who sets
+# TRITON_INTERPRET themselves (to 1 or to 0) keeps their choice.
+if "TRITON_INTERPRET" not in os.environ and not _cuda_usable():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+INTERPRETER: bool = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+"""True when Triton kernels run in the interpreter (on the CPU)."""
+
+DEVICE: torch.device = torch.device("cuda") if (_cuda_usable() and not INTERPRETER) else torch.device("cpu")
+"""Where the course puts its tensors: the GPU when kernels are compiled for it, else the CPU."""
+
+
+def bf16_supported() -> bool:
+    """bf16 works in the kernel only when compiled for a GPU that has it.
+
+    The interpreter multiplies the raw bits of bf16 in ``tl.dot`` (triton issue
+    #11584), so there we refuse bf16 instead of returning wrong numbers.
+    """
+    return DEVICE.type == "cuda" and torch.cuda.is_bf16_supported()
+
+
+def default_dtype() -> torch.dtype:
+    """bf16 on a GPU that has it, fp16 elsewhere (the interpreter included)."""
+    return torch.bfloat16 if bf16_supported() else torch.float16
+
+
+def supported_dtypes() -> tuple[torch.dtype, ...]:
+    """dtypes the Triton kernel accepts on this machine."""
+    if bf16_supported():
+        return (torch.float16, torch.bfloat16, torch.float32)
+    return (torch.float16, torch.float32)
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    device: str
+    interpreter: bool
+    default_dtype: str
+    torch_version: str
+    triton_version: str
+
+    def __str__(self) -> str:
+        where = "Triton interpreter on the CPU" if self.interpreter else "compiled Triton kernels"
+        return (
+            f"device: {self.device} | {where} | default dtype: {self.default_dtype} | "
+            f"torch {self.torch_version} | triton {self.triton_version}"
+        )
+
+
+def info() -> RuntimeInfo:
+    import triton  # imported here so that the environment above is set first
+
+    if DEVICE.type == "cuda":
+        device = f"cuda ({torch.cuda.get_device_name(0)})"
+    else:
+        device = "cpu"
+    return RuntimeInfo(
+        device=device,
+        interpreter=INTERPRETER,
+        default_dtype=str(default_dtype()).replace("torch.", ""),
+        torch_version=torch.__version__,
+        triton_version=triton.__version__,
+    )
+
+
+def describe() -> str:
+    """One line a notebook can print: device, interpreter on/off, versions."""
+    return str(info())
