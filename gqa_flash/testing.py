@@ -1,0 +1,164 @@
+"""What the graded tests, the notebook checks and the grader share: inputs and verdicts.
+
+* :func:`random_qkv` draws fresh inputs in any of several memory layouts, so a
+  kernel that assumes contiguous tensors is caught.
+* :func:`mismatch` compares an output with the float64 reference and, when
+  they differ, says where first (batch, head, row, column), by how much, and
+  how much of the output is wrong, in one line a student can act on.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from gqa_flash import runtime
+
+# Tolerances against the float64 reference: |out - ref| <= atol + rtol * |ref|.
+# fp32 runs with fp32 products (no tf32); fp16 and bf16 round each input and
+# the probabilities p before p @ V, which dominates their error.
+TOLERANCES = {
+    torch.float32: dict(atol=1e-4, rtol=1e-4),
+    torch.float16: dict(atol=5e-3, rtol=5e-3),
+    torch.bfloat16: dict(atol=3e-2, rtol=3e-2),
+}
+# The LSE is float32 whatever the input dtype; its scores come from exact products.
+LSE_TOLERANCE = dict(atol=1e-3, rtol=1e-4)
+
+LAYOUTS = ("contiguous", "bnhd", "strided")
+"""Memory layouts of the inputs:
+contiguous  torch's default for [B, H, N, D];
+bnhd        allocated as [B, N, H, D] (the layout of a QKV projection) and
+            transposed: heads and sequence swap strides;
+strided     every dimension strided: a view that takes every other batch,
+            head, row and column of a larger tensor (last-dim stride 2)."""
+
+
+def fresh_seed() -> int:
+    """A new seed every run (fresh inputs), unless GQA_FLASH_SEED pins one."""
+    pinned = os.environ.get("GQA_FLASH_SEED")
+    return int(pinned) if pinned else int.from_bytes(os.urandom(4), "little")
+
+
+# Each layout: the shape to allocate, and the view of it that is [B, H, N, D].
+_LAYOUT_VIEWS = {
+    "contiguous": (lambda b, h, n, d: (b, h, n, d), lambda t: t),
+    "bnhd": (lambda b, h, n, d: (b, n, h, d), lambda t: t.transpose(1, 2)),
+    "strided": (lambda b, h, n, d: (2 * b, 2 * h, 2 * n, 2 * d), lambda t: t[::2, ::2, ::2, ::2]),
+}
+
+
+def _make(shape, dtype, layout, gen, device, shift_heads=False):
+    if layout not in _LAYOUT_VIEWS:
+        raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
+    alloc_shape, view = _LAYOUT_VIEWS[layout]
+    storage = torch.randn(alloc_shape(*shape), generator=gen, dtype=torch.float32)
+    if shift_heads:  # in place, through the view, so the storage keeps the layout
+        view(storage).add_(torch.arange(shape[1], dtype=torch.float32).view(1, -1, 1, 1))
+    return view(storage.to(device=device, dtype=dtype))
+
+
+def random_qkv(
+    batch=1,
+    n_q_heads=4,
+    n_kv_heads=2,
+    seq_len=64,
+    head_dim=32,
+    dtype=torch.float32,
+    layout="contiguous",
+    seed=0,
+    device=None,
+):
+    """Fresh ``q [B, Hq, N, D]`` and ``k, v [B, Hkv, N, D]`` with standard-normal entries.
+
+    Every KV head also gets its own offset (head j's values are shifted by j),
+    so reading the wrong KV head gives visibly wrong outputs.
+    """
+    device = device or runtime.DEVICE
+    gen = torch.Generator().manual_seed(seed)
+    q = _make((batch, n_q_heads, seq_len, head_dim), dtype, layout, gen, device)
+    k = _make((batch, n_kv_heads, seq_len, head_dim), dtype, layout, gen, device)
+    v = _make((batch, n_kv_heads, seq_len, head_dim), dtype, layout, gen, device, shift_heads=True)
+    return q, k, v
+
+
+@dataclass
+class Mismatch:
+    """Where an output first differs from the reference, and by how much."""
+
+    what: str
+    index: tuple
+    got: float
+    expected: float
+    max_error: float
+    wrong: int
+    total: int
+    labels: tuple = ("batch", "head", "row", "col")
+
+    def __str__(self) -> str:
+        where = ", ".join(f"{name} {i}" for name, i in zip(self.labels, self.index))
+        return (
+            f"{self.what}: first wrong at {where}: got {self.got:.6g}, expected {self.expected:.6g} "
+            f"({self.wrong} of {self.total} entries wrong, max |error| {self.max_error:.3g})"
+        )
+
+
+def mismatch(what, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col")):
+    """None when ``out`` matches ``ref`` within tolerance, else a :class:`Mismatch`.
+
+    NaN or inf in ``out`` always counts as wrong. Shape and dtype problems are
+    reported as a Mismatch with an empty index.
+    """
+    if not isinstance(out, torch.Tensor):
+        return _shape_problem(what, f"expected a tensor, got {type(out).__name__}")
+    if tuple(out.shape) != tuple(ref.shape):
+        return _shape_problem(what, f"expected shape {list(ref.shape)}, got {list(out.shape)}")
+    got = out.detach().to("cpu", torch.float64)
+    exp = ref.detach().to("cpu", torch.float64)
+    err = (got - exp).abs()
+    # NaN compares False, so NaN is bad; equal infinities (a masked -inf) match.
+    bad = ~((err <= atol + rtol * exp.abs()) | (got == exp))
+    if not bad.any():
+        return None
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    finite_err = torch.where(torch.isfinite(err), err, torch.full_like(err, float("inf")))
+    return Mismatch(
+        what=what,
+        index=first,
+        got=float(got[first]),
+        expected=float(exp[first]),
+        max_error=float(finite_err.max()),
+        wrong=int(bad.sum()),
+        total=bad.numel(),
+        labels=labels,
+    )
+
+
+class _ShapeProblem(Mismatch):
+    def __init__(self, what, message):
+        super().__init__(what, (), float("nan"), float("nan"), float("inf"), 1, 1)
+        self.message = message
+
+    def __str__(self):
+        return f"{self.what}: {self.message}"
+
+
+def _shape_problem(what, message):
+    return _ShapeProblem(what, message)
+
+
+def assert_matches(what, out, ref, dtype, context=""):
+    """Assert ``out`` matches the float64 ``ref`` within ``dtype``'s tolerance."""
+    problem = mismatch(what, out, ref, **TOLERANCES[dtype])
+    if problem is not None:
+        raise AssertionError(f"{problem}{'; ' + context if context else ''}")
+
+
+def assert_lse_matches(lse, ref_lse, context=""):
+    if isinstance(lse, torch.Tensor) and lse.dtype != torch.float32:
+        raise AssertionError(f"LSE must be float32, got {str(lse.dtype).replace('torch.', '')}")
+    problem = mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **LSE_TOLERANCE)
+    if problem is not None:
+        raise AssertionError(f"{problem}{'; ' + context if context else ''}")

@@ -1,0 +1,57 @@
+"""The forward kernel on a GPU: bf16, long sequences, every head dim, against float64 and SDPA.
+
+Skipped without a CUDA device (conftest.py). Run on the device with
+GQA_FLASH_IMPL=solutions. Each case prints its max error, so a run's log
+records what it gave (pytest -s).
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gqa_flash
+from gqa_flash.reference import reference_attention
+from gqa_flash.testing import assert_lse_matches, assert_matches, random_qkv
+
+pytestmark = pytest.mark.gpu
+
+CASES = [
+    # (batch, Hq, Hkv, N, D, dtype, causal)
+    (2, 32, 8, 1024, 128, torch.bfloat16, True),
+    (1, 32, 8, 4096, 128, torch.bfloat16, True),
+    (1, 8, 2, 4093, 64, torch.bfloat16, True),
+    (2, 16, 16, 1000, 64, torch.bfloat16, False),
+    (1, 8, 1, 2048, 256, torch.bfloat16, True),
+    (1, 8, 2, 1537, 96, torch.bfloat16, True),
+    (1, 8, 2, 1537, 80, torch.float16, False),
+    (2, 32, 8, 1024, 128, torch.float16, True),
+    (1, 4, 2, 777, 64, torch.float32, True),
+    (1, 4, 1, 512, 256, torch.float32, False),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", CASES, ids=[f"b{c[0]}-h{c[1]}:{c[2]}-n{c[3]}-d{c[4]}-{str(c[5])[6:]}-{'causal' if c[6] else 'full'}" for c in CASES])
+def test_forward_matches_float64_on_gpu(case, seed):
+    b, hq, hkv, n, d, dtype, causal = case
+    q, k, v = random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda")
+    o, lse = gqa_flash.flash_attention_forward(q, k, v, causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    # The float64 reference one batch at a time keeps its N x N scores small.
+    for i in range(b):
+        ref, ref_lse = reference_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], causal=causal)
+        err = (o[i:i + 1].double().cpu() - ref).abs().max().item()
+        print(f"{case}: batch {i} max |O - ref| = {err:.3e}")
+        assert_matches("O", o[i:i + 1], ref, dtype, f"seed {seed}")
+        assert_lse_matches(lse[i:i + 1], ref_lse, f"seed {seed}")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("layout", ["bnhd", "strided"])
+def test_forward_strides_on_gpu(layout, seed):
+    q, k, v = random_qkv(2, 8, 2, 1000, 128, dtype=torch.bfloat16, layout=layout, seed=seed, device="cuda")
+    o = gqa_flash.flash_attention_forward(q, k, v)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    rel = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+    print(f"{layout}: relative error vs SDPA {rel:.3e}")
+    assert rel < 1e-2

@@ -1,0 +1,114 @@
+"""forward.py: the Triton FlashAttention forward kernel with GQA (40 points).
+
+On a machine with no GPU the kernel runs in Triton's interpreter, so the
+shapes here stay small; tests/gpu/ runs the large ones and bf16 on a GPU.
+"""
+
+import pytest
+import torch
+
+import gqa_flash
+from gqa_flash import runtime
+from gqa_flash.reference import reference_attention
+from gqa_flash.testing import assert_lse_matches, assert_matches, random_qkv
+
+
+def check(seed, causal=True, sm_scale=None, dtype=torch.float32, layout="contiguous", lse=False, **shape):
+    q, k, v = random_qkv(dtype=dtype, layout=layout, seed=seed, **shape)
+    result = gqa_flash.flash_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=lse)
+    ref, ref_lse = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+    ctx = (
+        f"seed {seed}, shape {list(q.shape)} with {k.shape[1]} KV heads, causal={causal}, "
+        f"{str(dtype).replace('torch.', '')}, layout {layout}"
+    )
+    if lse:
+        assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
+        out, got_lse = result
+        assert_lse_matches(got_lse, ref_lse, ctx)
+    else:
+        out = result
+    assert isinstance(out, torch.Tensor) and out.dtype == q.dtype, f"O must be a tensor of q's dtype {q.dtype}"
+    assert_matches("O", out, ref, dtype, ctx)
+
+
+@pytest.mark.points(4)
+@pytest.mark.timeout(120)
+def test_forward_causal_mha(seed):
+    check(seed, causal=True, batch=1, n_q_heads=2, n_kv_heads=2, seq_len=64, head_dim=32)
+
+
+@pytest.mark.points(5)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n_q_heads,n_kv_heads", [(8, 2), (6, 3)])
+def test_forward_kv_head_mapping(seed, n_q_heads, n_kv_heads):
+    # Each KV head's values are shifted by its index: a program that reads the
+    # wrong KV head writes visibly wrong rows.
+    check(seed, causal=True, batch=1, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=32, head_dim=16)
+
+
+@pytest.mark.points(2)
+@pytest.mark.timeout(120)
+def test_forward_mqa_one_kv_head(seed):
+    check(seed, causal=True, batch=1, n_q_heads=4, n_kv_heads=1, seq_len=48, head_dim=16)
+
+
+@pytest.mark.points(4)
+@pytest.mark.timeout(120)
+def test_forward_non_causal(seed):
+    check(seed, causal=False, batch=1, n_q_heads=4, n_kv_heads=2, seq_len=64, head_dim=32)
+
+
+@pytest.mark.points(5)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seq_len,causal", [(1, True), (17, True), (50, True), (23, False), (50, False)])
+def test_forward_ragged_seq_len(seed, seq_len, causal):
+    # Sequence lengths that are not a multiple of the tiles: the last query
+    # tile and the last key block are partly padding.
+    check(seed, causal=causal, batch=1, n_q_heads=2, n_kv_heads=1, seq_len=seq_len, head_dim=16)
+
+
+@pytest.mark.points(4)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("head_dim", [16, 80, 96, 128])
+def test_forward_head_dims(seed, head_dim):
+    # 80 and 96 are not powers of two: padded to 128 inside the kernel.
+    check(seed, causal=True, batch=1, n_q_heads=2, n_kv_heads=1, seq_len=40, head_dim=head_dim)
+
+
+@pytest.mark.points(4)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("layout", ["bnhd", "strided"])
+def test_forward_non_contiguous_strides(seed, layout):
+    # bnhd: a [B, N, H, D] tensor transposed; strided: every dimension strided,
+    # the head dim included.
+    check(seed, causal=True, layout=layout, batch=2, n_q_heads=4, n_kv_heads=2, seq_len=33, head_dim=32)
+
+
+@pytest.mark.points(5)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("causal", [True, False])
+def test_forward_lse_natural_log(seed, causal):
+    # The LSE the backward pass needs: natural log, float32, [B, Hq, N].
+    check(seed, causal=causal, lse=True, batch=1, n_q_heads=4, n_kv_heads=2, seq_len=48, head_dim=16)
+
+
+@pytest.mark.points(3)
+@pytest.mark.timeout(120)
+def test_forward_fp16(seed):
+    check(seed, causal=True, dtype=torch.float16, lse=True, batch=1, n_q_heads=4, n_kv_heads=2,
+          seq_len=64, head_dim=64)
+
+
+@pytest.mark.points(2)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sm_scale", [0.05, 0.5])
+def test_forward_custom_sm_scale(seed, sm_scale):
+    check(seed, causal=True, sm_scale=sm_scale, lse=True, batch=1, n_q_heads=2, n_kv_heads=2, seq_len=40,
+          head_dim=32)
+
+
+@pytest.mark.points(2)
+@pytest.mark.timeout(120)
+def test_forward_batch_of_three(seed):
+    # Programs of different batches must not mix: batch b starts at b * stride_qb.
+    check(seed, causal=True, batch=3, n_q_heads=2, n_kv_heads=1, seq_len=24, head_dim=16)

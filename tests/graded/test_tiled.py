@@ -1,0 +1,75 @@
+"""tiled.py: FlashAttention in PyTorch with explicit tiles, O and LSE (25 points)."""
+
+import pytest
+import torch
+
+import gqa_flash
+from gqa_flash.reference import reference_attention
+from gqa_flash.testing import assert_lse_matches, assert_matches, random_qkv
+
+
+def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, block_n=16, lse=False, **shape):
+    q, k, v = random_qkv(dtype=dtype, seed=seed, device="cpu", **shape)
+    result = gqa_flash.tiled_attention(
+        q, k, v, causal=causal, sm_scale=sm_scale, block_m=block_m, block_n=block_n, return_lse=lse
+    )
+    ref, ref_lse = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+    ctx = (
+        f"seed {seed}, shape {list(q.shape)} with {k.shape[1]} KV heads, causal={causal}, "
+        f"block_m={block_m}, block_n={block_n}, {dtype}"
+    )
+    if lse:
+        assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
+        out, got_lse = result
+        assert_lse_matches(got_lse, ref_lse, ctx)
+    else:
+        out = result
+    assert isinstance(out, torch.Tensor) and out.dtype == q.dtype, f"O must be a tensor of q's dtype {q.dtype}"
+    assert_matches("O", out, ref, dtype, ctx)
+
+
+@pytest.mark.points(4)
+@pytest.mark.timeout(60)
+def test_tiled_causal_mha(seed):
+    check(seed, causal=True, batch=2, n_q_heads=2, n_kv_heads=2, seq_len=64, head_dim=16)
+
+
+@pytest.mark.points(3)
+@pytest.mark.timeout(60)
+def test_tiled_non_causal(seed):
+    check(seed, causal=False, batch=1, n_q_heads=3, n_kv_heads=3, seq_len=48, head_dim=16)
+
+
+@pytest.mark.points(5)
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n_q_heads,n_kv_heads", [(8, 2), (4, 1)])
+def test_tiled_gqa_head_mapping(seed, n_q_heads, n_kv_heads):
+    check(seed, causal=True, batch=1, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=32, head_dim=16)
+
+
+@pytest.mark.points(5)
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "seq_len,block_m,block_n,causal",
+    [(37, 16, 8, True), (37, 8, 16, True), (50, 32, 32, False), (5, 16, 16, True), (1, 4, 4, True)],
+)
+def test_tiled_ragged_tiles(seed, seq_len, block_m, block_n, causal):
+    # Sequence lengths that are not multiples of the tiles, tiles of different
+    # heights and widths, and tiles larger than the whole sequence.
+    check(seed, causal=causal, block_m=block_m, block_n=block_n, batch=1, n_q_heads=2, n_kv_heads=1,
+          seq_len=seq_len, head_dim=16)
+
+
+@pytest.mark.points(5)
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("causal", [True, False])
+def test_tiled_lse_natural_log(seed, causal):
+    # LSE = log(sum_j exp(scaled score_ij)), natural log, float32, [B, Hq, N].
+    check(seed, causal=causal, lse=True, batch=2, n_q_heads=4, n_kv_heads=2, seq_len=40, head_dim=16)
+
+
+@pytest.mark.points(3)
+@pytest.mark.timeout(60)
+def test_tiled_fp16_custom_sm_scale(seed):
+    check(seed, causal=True, sm_scale=0.3, dtype=torch.float16, lse=True, batch=1, n_q_heads=4, n_kv_heads=2,
+          seq_len=45, head_dim=32)

@@ -1,0 +1,32 @@
+"""The grading contract: every graded test has points and a timeout; the required modules sum to 100."""
+
+import ast
+from pathlib import Path
+
+GRADED = Path(__file__).parent / "graded"
+REQUIRED = {"test_naive.py", "test_online_softmax.py", "test_tiled.py", "test_forward.py"}
+
+
+def _marks(func):
+    marks = {}
+    for dec in func.decorator_list:
+        if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr in ("points", "timeout"):
+            marks[dec.func.attr] = ast.literal_eval(dec.args[0])
+    return marks
+
+
+def graded_tests():
+    for path in sorted(GRADED.glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                yield path.name, node.name, _marks(node)
+
+
+def test_every_graded_test_has_points_and_a_timeout():
+    missing = [f"{f}::{n}" for f, n, m in graded_tests() if "points" not in m or "timeout" not in m]
+    assert not missing, f"graded tests without @pytest.mark.points or @pytest.mark.timeout: {missing}"
+
+
+def test_required_modules_are_worth_100_points():
+    total = sum(m.get("points", 0) for f, _, m in graded_tests() if f in REQUIRED)
+    assert total == 100, f"the required graded tests are worth {total} points, not 100"
