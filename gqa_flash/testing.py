@@ -162,3 +162,73 @@ def assert_lse_matches(lse, ref_lse, context=""):
     problem = mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **LSE_TOLERANCE)
     if problem is not None:
         raise AssertionError(f"{problem}{'; ' + context if context else ''}")
+
+
+class KernelOnlyViolation(AssertionError):
+    """The Triton kernel path computed attention with PyTorch instead."""
+
+
+# What a kernel path must not call: attention done by PyTorch instead of Triton.
+_FORBIDDEN = [
+    (torch.nn.functional, "scaled_dot_product_attention"),
+    (torch.nn.functional, "softmax"),
+    (torch, "softmax"),
+    (torch.Tensor, "softmax"),
+    (torch, "matmul"),
+    (torch.Tensor, "matmul"),
+    (torch.Tensor, "__matmul__"),
+    (torch.Tensor, "__rmatmul__"),
+    (torch, "bmm"),
+    (torch, "baddbmm"),
+    (torch, "einsum"),
+]
+
+
+class kernel_only:
+    """Context manager: forbid PyTorch attention, and count Triton kernel launches.
+
+    ``with kernel_only() as launches: ...`` raises :class:`KernelOnlyViolation`
+    as soon as the code inside calls SDPA, a softmax or a matrix product of
+    PyTorch's, and ``launches.count`` is the number of Triton kernel launches
+    (compiled or interpreted) made inside.
+    """
+
+    def __init__(self, what="flash_attention_forward"):
+        self.what = what
+        self.count = 0
+        self._saved = []
+
+    def _forbid(self, owner, name):
+        def refuse(*args, **kwargs):
+            raise KernelOnlyViolation(
+                f"{self.what} must compute attention in the Triton kernel, but it called "
+                f"{getattr(owner, '__name__', owner)}.{name}"
+            )
+
+        return refuse
+
+    def _counting(self, run):
+        def counted(fn_self, *args, **kwargs):
+            if not kwargs.get("warmup", False):
+                self.count += 1
+            return run(fn_self, *args, **kwargs)
+
+        return counted
+
+    def __enter__(self):
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        for owner, name in _FORBIDDEN:
+            self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
+            setattr(owner, name, self._forbid(owner, name))
+        for cls in (JITFunction, InterpretedFunction):
+            self._saved.append((cls, "run", cls.__dict__["run"]))
+            setattr(cls, "run", self._counting(cls.__dict__["run"]))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
+        return False

@@ -8,14 +8,17 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash import runtime
 from gqa_flash.reference import reference_attention
-from gqa_flash.testing import assert_lse_matches, assert_matches, random_qkv
+from gqa_flash.testing import assert_lse_matches, assert_matches, kernel_only, random_qkv
 
 
 def check(seed, causal=True, sm_scale=None, dtype=torch.float32, layout="contiguous", lse=False, **shape):
     q, k, v = random_qkv(dtype=dtype, layout=layout, seed=seed, **shape)
-    result = gqa_flash.flash_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=lse)
+    # The kernel must do the work: PyTorch's attention, softmax and matmuls are
+    # off limits inside, and at least one Triton kernel must be launched.
+    with kernel_only() as launches:
+        result = gqa_flash.flash_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=lse)
+    assert launches.count > 0, "flash_attention_forward must launch the Triton kernel"
     ref, ref_lse = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
     ctx = (
         f"seed {seed}, shape {list(q.shape)} with {k.shape[1]} KV heads, causal={causal}, "
