@@ -35,6 +35,15 @@ Two tricks from FlashAttention-2 and Triton's tutorial:
 GQA costs nothing extra: the program of query head h simply reads KV head
 h // (n_q_heads // n_kv_heads). The K and V tiles of one KV head are read by
 ``group_size`` programs, which the GPU's L2 cache serves.
+
+What you write: four small ``@triton.jit`` helpers, one idea each, which the
+kernel calls (Triton inlines them, so they cost nothing). Each can be checked
+on its own in notebook 04.
+
+    Part 1  _kv_head_index          query head -> KV head
+    Part 2  _online_softmax_update  fold one tile of scores into (acc, l_i, m_i)
+    Part 3  _mask_scores            the causal mask and the ragged tail
+    Part 4  _epilogue               normalise; store O and the LSE
 """
 
 import torch
@@ -42,6 +51,24 @@ import triton
 import triton.language as tl
 
 from gqa_flash import runtime  # picks the interpreter before the kernels below are defined
+
+
+@triton.jit
+def _kv_head_index(q_head_idx, N_Q_HEADS, N_KV_HEADS):
+    """The key/value head that query head ``q_head_idx`` reads."""
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 1) ---
+    # Map a query head to the key/value head it shares.
+    #   1. group_size: how many query heads share one KV head.
+    #   2. The KV head of q_head_idx. Consecutive query heads form a group
+    #      (heads 0 .. group_size-1 read KV head 0): integer division, not
+    #      the remainder.
+    ### BEGIN SOLUTION
+    group_size = N_Q_HEADS // N_KV_HEADS
+    return q_head_idx // group_size
+    ### STUB
+    # return q_head_idx * 0  # Placeholder: replace with your calculation
+    ### END SOLUTION
+    # --- END OF STUDENT IMPLEMENTATION ---
 
 
 @triton.jit
@@ -70,6 +97,61 @@ def _online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION: tl.constexpr):
     return acc, l_i, m_new
     ### STUB
     # return acc, l_i, m_i  # Placeholder: the state is never updated
+    ### END SOLUTION
+    # --- END OF STUDENT IMPLEMENTATION ---
+
+@triton.jit
+def _mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL: tl.constexpr):
+    """Set to -inf the scores of keys that row ``offs_m[i]`` must not see.
+
+    ``s`` is a [BLOCK_M, BLOCK_N] tile of scores of query rows ``offs_m``
+    against keys ``offs_n``; only the blocks of Phase 2 come here.
+    """
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
+    # A key is visible to a row when
+    #   * it exists: offs_n < SEQ_LEN (the padding keys of a ragged last
+    #     block were loaded as 0, so their score is 0, not -inf: a real
+    #     weight unless you mask it), and
+    #   * under the causal mask only (CAUSAL is a compile-time constant: use
+    #     a plain `if CAUSAL:`), it is not in the row's future:
+    #     offs_n <= offs_m (the diagonal itself is visible).
+    # Build that [BLOCK_M, BLOCK_N] boolean with broadcasting
+    # (offs_m[:, None], offs_n[None, :]) and return
+    # tl.where(visible, s, float("-inf")): exp2(-inf) = 0.
+    ### BEGIN SOLUTION
+    visible = offs_n[None, :] < SEQ_LEN
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    return tl.where(visible, s, float("-inf"))
+    ### STUB
+    # return s  # Placeholder: nothing is masked
+    ### END SOLUTION
+    # --- END OF STUDENT IMPLEMENTATION ---
+
+
+@triton.jit
+def _epilogue(acc, l_i, m_i, o_ptrs, lse_ptrs, row_ok, col_ok):
+    """Normalise the accumulator and store the tile's O rows and their LSE.
+
+    ``o_ptrs`` is the [BLOCK_M, HEAD_DIM_PAD] tile of pointers into O,
+    ``lse_ptrs`` the [BLOCK_M] pointers into LSE; ``row_ok`` marks the rows
+    that exist (< SEQ_LEN), ``col_ok`` the real head-dim columns.
+    """
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 4) ---
+    # The epilogue.
+    #   1. Normalise once: o = acc / l_i[:, None]. No epsilon: l_i >= 1.
+    #   2. The log-sum-exp of each row, in natural log. m_i and log2(l_i) are
+    #      in log2 units: lse = (m_i + tl.log2(l_i)) * ln(2).
+    #   3. Store o, cast to O's dtype (o_ptrs.dtype.element_ty), and lse.
+    #      Mask both stores: rows past SEQ_LEN (row_ok) and, for o, the
+    #      padding columns (col_ok) must not be written; they are not there.
+    ### BEGIN SOLUTION
+    o = acc / l_i[:, None]
+    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # ln(2)
+    tl.store(o_ptrs, o.to(o_ptrs.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+    tl.store(lse_ptrs, lse, mask=row_ok)
+    ### STUB
+    # pass  # Placeholder: nothing is stored yet
     ### END SOLUTION
     # --- END OF STUDENT IMPLEMENTATION ---
 
@@ -106,19 +188,8 @@ def _flash_attention_forward_gqa_kernel(
     batch_idx = batch_head_idx // N_Q_HEADS
     q_head_idx = batch_head_idx % N_Q_HEADS
 
-    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 1) ---
-    # Map this program's query head to the key/value head it reads.
-    #   1. group_size: how many query heads share one KV head.
-    #   2. kv_head_idx: the KV head of q_head_idx. Consecutive query heads form
-    #      a group (heads 0..group_size-1 read KV head 0): integer division,
-    #      not the remainder.
-    ### BEGIN SOLUTION
-    group_size = N_Q_HEADS // N_KV_HEADS
-    kv_head_idx = q_head_idx // group_size
-    ### STUB
-    # kv_head_idx = q_head_idx * 0  # Placeholder: replace with your calculation
-    ### END SOLUTION
-    # --- END OF STUDENT IMPLEMENTATION ---
+    # Part 1: the KV head this query head reads.
+    kv_head_idx = _kv_head_index(q_head_idx, N_Q_HEADS, N_KV_HEADS)
 
     # Base pointers of this (batch, head). Offsets in int64: batch_idx *
     # stride_qb overflows 32 bits once a tensor holds more than 2^31 elements.
@@ -190,53 +261,15 @@ def _flash_attention_forward_gqa_kernel(
         )
         s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale
 
-        # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
-        # The masked blocks. A key is visible to a row when
-        #   * it exists: offs_n < SEQ_LEN (the padding keys of a ragged last
-        #     block were loaded as 0, so their score is 0, not -inf: a real
-        #     weight unless you mask it), and
-        #   * under the causal mask only, it is not in the row's future:
-        #     offs_n <= offs_m (the diagonal itself is visible).
-        # Build that [BLOCK_M, BLOCK_N] boolean, set the invisible scores to
-        # -inf with tl.where (exp2(-inf) = 0), then fold the tile in with
-        # _online_softmax_update, as Phase 1 does.
-        ### BEGIN SOLUTION
-        visible = offs_n[None, :] < SEQ_LEN
-        if CAUSAL:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None])
-        s = tl.where(visible, s, float("-inf"))
+        # Part 3: hide the keys a row must not see, then fold the tile in as before.
+        s = _mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL)
         acc, l_i, m_i = _online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION)
-        ### STUB
-        # pass  # Placeholder: mask s, then update acc, l_i and m_i
-        ### END SOLUTION
-        # --- END OF STUDENT IMPLEMENTATION ---
 
-    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 4) ---
-    # The epilogue.
-    #   1. Normalise: o = acc / l_i[:, None]. No epsilon: l_i >= 1 here.
-    #   2. The log-sum-exp of each row, in natural log: m_i and log2(l_i) are
-    #      in log2 units, so lse = (m_i + tl.log2(l_i)) * ln(2).
-    #   3. Store o (cast to O's dtype, O.dtype.element_ty) at
-    #      O + batch_idx * stride_ob + q_head_idx * stride_oh
-    #        + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od,
-    #      and lse at LSE + batch_idx * stride_lb + q_head_idx * stride_lh
-    #        + offs_m * stride_ln. Mask both stores: rows past SEQ_LEN and
-    #      padding columns (d_ok) must not be written.
-    ### BEGIN SOLUTION
-    o = acc / l_i[:, None]
-    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # ln(2)
-    o_base = O + batch_idx * stride_ob + q_head_idx.to(tl.int64) * stride_oh
-    tl.store(
-        o_base + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od,
-        o.to(O.dtype.element_ty),
-        mask=(offs_m[:, None] < SEQ_LEN) & d_ok[None, :],
-    )
-    lse_base = LSE + batch_idx * stride_lb + q_head_idx.to(tl.int64) * stride_lh
-    tl.store(lse_base + offs_m * stride_ln, lse, mask=offs_m < SEQ_LEN)
-    ### STUB
-    # pass  # Placeholder: nothing is stored yet
-    ### END SOLUTION
-    # --- END OF STUDENT IMPLEMENTATION ---
+    # Part 4: normalise, and store this tile's rows of O and LSE.
+    o_ptrs = (O + batch_idx * stride_ob + q_head_idx.to(tl.int64) * stride_oh
+              + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od)
+    lse_ptrs = LSE + batch_idx * stride_lb + q_head_idx.to(tl.int64) * stride_lh + offs_m * stride_ln
+    _epilogue(acc, l_i, m_i, o_ptrs, lse_ptrs, offs_m < SEQ_LEN, d_ok)
 
 
 def _launch_config(head_dim_pad, dtype, on_gpu):
