@@ -262,14 +262,15 @@ def _launch_config(head_dim_pad, dtype, on_gpu):
     return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
 
 
-def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
+def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None):
     """Launch the kernel. ``q``: [B, Hq, N, D]; ``k``, ``v``: [B, Hkv, N, D].
 
     Any strides are fine (a [B, N, H, D] tensor transposed to [B, H, N, D]
     included): the kernel takes all of them. Returns O ([B, Hq, N, D], q's
     dtype, contiguous) and, with ``return_lse``, the natural-log LSE
     ([B, Hq, N], float32). The public API (``gqa_flash.flash_attention_forward``)
-    checks the inputs before it calls this.
+    checks the inputs before it calls this. ``config`` (BLOCK_M, BLOCK_N,
+    num_warps, num_stages) overrides the tile choice, for benchmarks.
     """
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
@@ -279,7 +280,7 @@ def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=Fals
     lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
 
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
-    cfg = _launch_config(head_dim_pad, q.dtype, on_gpu=q.is_cuda and not runtime.INTERPRETER)
+    cfg = config or _launch_config(head_dim_pad, q.dtype, on_gpu=q.is_cuda and not runtime.INTERPRETER)
     grid = (triton.cdiv(seq_len, cfg["BLOCK_M"]), batch * n_q_heads)
     _flash_attention_forward_gqa_kernel[grid](
         q, k, v, o, lse,
