@@ -272,20 +272,48 @@ def _flash_attention_forward_gqa_kernel(
     _epilogue(acc, l_i, m_i, o_ptrs, lse_ptrs, offs_m < SEQ_LEN, d_ok)
 
 
-def _launch_config(head_dim_pad, dtype, on_gpu):
-    """Tile sizes, warps and pipeline stages.
+# --- Choosing tiles --------------------------------------------------------
+#
+# In the interpreter every program runs one after the other in NumPy: a fixed,
+# small tile. BLOCK_M = 2 * BLOCK_N, so the diagonal phase walks two key
+# blocks, one of them with rows that see none of its keys.
+INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
 
-    In the interpreter every program runs one after the other in NumPy, so
-    the fewer, larger tiles the better, but the tiles stay small enough that a
-    short sequence is not mostly padding. BLOCK_M = 2 * BLOCK_N everywhere, so
-    that the diagonal phase always walks two key blocks, one of them with
-    rows that see none of its keys.
-    """
-    if not on_gpu:
-        return dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
-    if dtype == torch.float32 or head_dim_pad > 128:
-        return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
-    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+# On a GPU the best tile depends on the head dim, the dtype and the length:
+# Triton's autotuner times each candidate once per new key and keeps the
+# fastest. (Measured on an H200, bf16, causal GQA 32:8: 128x64 with 8 warps
+# wins at head_dim 64, 128x128 at head_dim 128 and long sequences, 64x64 at
+# head_dim 128 and N = 1024; bench/results/ holds the numbers.)
+GPU_CONFIGS = [
+    triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=w, num_stages=st)
+    for bm, bn, w, st in [
+        (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (64, 64, 4, 2),
+        (128, 64, 8, 4), (64, 32, 4, 2), (32, 32, 4, 2),
+    ]
+]
+
+
+def _prune_configs(configs, named_args, **kwargs):
+    """Keep the candidates that fit: big tiles run out of registers and shared
+    memory at head_dim 256 or with fp32 inputs."""
+    big = named_args["HEAD_DIM_PAD"] > 128 or named_args["Q"].dtype == torch.float32
+    fits = [c for c in configs if not big or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
+    return fits or configs
+
+
+_autotuned_kernel = None
+
+
+def _gpu_kernel():
+    """The autotuned kernel, built on first use (the interpreter has no autotuner)."""
+    global _autotuned_kernel
+    if _autotuned_kernel is None:
+        _autotuned_kernel = triton.autotune(
+            configs=GPU_CONFIGS,
+            key=["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL"],
+            prune_configs_by={"early_config_prune": _prune_configs},
+        )(_flash_attention_forward_gqa_kernel)
+    return _autotuned_kernel
 
 
 def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None):
@@ -295,8 +323,8 @@ def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=Fals
     included): the kernel takes all of them. Returns O ([B, Hq, N, D], q's
     dtype, contiguous) and, with ``return_lse``, the natural-log LSE
     ([B, Hq, N], float32). The public API (``gqa_flash.flash_attention_forward``)
-    checks the inputs before it calls this. ``config`` (BLOCK_M, BLOCK_N,
-    num_warps, num_stages) overrides the tile choice, for benchmarks.
+    checks the inputs before it calls this. ``config`` (a dict of BLOCK_M,
+    BLOCK_N, num_warps, num_stages) skips the autotuner, for benchmarks.
     """
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
@@ -305,18 +333,23 @@ def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=Fals
     o = torch.empty((batch, n_q_heads, seq_len, head_dim), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
 
-    head_dim_pad = max(16, triton.next_power_of_2(head_dim))
-    cfg = config or _launch_config(head_dim_pad, q.dtype, on_gpu=q.is_cuda and not runtime.INTERPRETER)
-    grid = (triton.cdiv(seq_len, cfg["BLOCK_M"]), batch * n_q_heads)
-    _flash_attention_forward_gqa_kernel[grid](
+    if runtime.INTERPRETER or not q.is_cuda:
+        kernel, config = _flash_attention_forward_gqa_kernel, config or INTERPRETER_CONFIG
+    elif config is not None:
+        kernel = _flash_attention_forward_gqa_kernel
+    else:
+        kernel, config = _gpu_kernel(), {}  # the autotuner supplies the tile
+    # One program per query tile (axis 0) and per (batch, query head) (axis 1).
+    grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * n_q_heads)  # noqa: E731
+    kernel[grid](
         q, k, v, o, lse,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(),
         sm_scale, seq_len, n_q_heads, n_kv_heads,
         HEAD_DIM=head_dim,
-        HEAD_DIM_PAD=head_dim_pad,
+        HEAD_DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
         CAUSAL=causal,
         # fp32 in means fp32 products (Triton would use tf32 by default)
         INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        **cfg,
+        **config,
     )
     return (o, lse) if return_lse else o
