@@ -11,6 +11,7 @@ The public API dispatches to the graded modules chosen by
 
 from gqa_flash import runtime  # first: sets TRITON_INTERPRET when there is no GPU
 from gqa_flash.api import (
+    fast_attention_forward,
     flash_attention_forward,
     merge_softmax_states,
     naive_attention,
@@ -26,6 +27,7 @@ __all__ = [
     "merge_softmax_states",
     "tiled_attention",
     "flash_attention_forward",
+    "fast_attention_forward",
     "reference_attention",
     "describe",
     "runtime",

@@ -1,4 +1,4 @@
-"""The whole shape matrix, for every implementation behind the public API.
+"""The whole shape matrix, for every implementation behind the public API (and the fast kernel).
 
 Not graded: this checks the course's own solutions (run with
 GQA_FLASH_IMPL=solutions) across GQA ratios, ragged lengths, head dims, dtypes,
@@ -42,6 +42,9 @@ def test_every_implementation_matches_reference(case, seed):
     ctx = f"seed {seed}"
     o, lse = gqa_flash.flash_attention_forward(q, k, v, causal=causal, return_lse=True)
     assert_matches("forward O", o, ref, dtype, ctx)
+    assert_lse_matches(lse, ref_lse, ctx)
+    o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)
+    assert_matches("fast forward O", o, ref, dtype, ctx)
     assert_lse_matches(lse, ref_lse, ctx)
     o, lse = gqa_flash.tiled_attention(q.cpu(), k.cpu(), v.cpu(), causal=causal, block_m=16, block_n=32,
                                        return_lse=True)

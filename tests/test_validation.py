@@ -10,6 +10,7 @@ FNS = {
     "naive": gqa_flash.naive_attention,
     "tiled": gqa_flash.tiled_attention,
     "forward": gqa_flash.flash_attention_forward,
+    "fast": gqa_flash.fast_attention_forward,
 }
 
 

@@ -32,26 +32,30 @@ CASES = [
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", CASES, ids=[f"b{c[0]}-h{c[1]}:{c[2]}-n{c[3]}-d{c[4]}-{str(c[5])[6:]}-{'causal' if c[6] else 'full'}" for c in CASES])
-def test_forward_matches_float64_on_gpu(case, seed):
+@pytest.mark.parametrize("kernel", ["graded", "fast"])
+def test_forward_matches_float64_on_gpu(case, kernel, seed):
     b, hq, hkv, n, d, dtype, causal = case
     q, k, v = random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda")
-    o, lse = gqa_flash.flash_attention_forward(q, k, v, causal=causal, return_lse=True)
+    fn = gqa_flash.flash_attention_forward if kernel == "graded" else gqa_flash.fast_attention_forward
+    o, lse = fn(q, k, v, causal=causal, return_lse=True)
     torch.cuda.synchronize()
     # The float64 reference one batch at a time keeps its N x N scores small.
     for i in range(b):
         ref, ref_lse = reference_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], causal=causal)
         err = (o[i:i + 1].double().cpu() - ref).abs().max().item()
-        print(f"{case}: batch {i} max |O - ref| = {err:.3e}")
+        print(f"\n{kernel} {case}: batch {i} max |O - ref| = {err:.3e}")
         assert_matches("O", o[i:i + 1], ref, dtype, f"seed {seed}")
         assert_lse_matches(lse[i:i + 1], ref_lse, f"seed {seed}")
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("layout", ["bnhd", "strided"])
-def test_forward_strides_on_gpu(layout, seed):
+@pytest.mark.parametrize("kernel", ["graded", "fast"])
+def test_forward_strides_on_gpu(layout, kernel, seed):
     q, k, v = random_qkv(2, 8, 2, 1000, 128, dtype=torch.bfloat16, layout=layout, seed=seed, device="cuda")
-    o = gqa_flash.flash_attention_forward(q, k, v)
+    fn = gqa_flash.flash_attention_forward if kernel == "graded" else gqa_flash.fast_attention_forward
+    o = fn(q, k, v)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     rel = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
-    print(f"{layout}: relative error vs SDPA {rel:.3e}")
+    print(f"\n{kernel} {layout}: relative error vs SDPA {rel:.3e}")
     assert rel < 1e-2

@@ -1,0 +1,284 @@
+"""Benchmark the course's kernels against PyTorch's attention: ``python -m gqa_flash.bench``.
+
+On a GPU it times every provider on the same inputs, in one run, and writes a
+CSV whose every row records the date, GPU, driver, torch and triton versions:
+
+    course_graded   the graded kernel (solutions/forward.py, autotuned)
+    course_fast     the course's fastest kernel (gqa_flash/fast_forward.py)
+    sdpa_default    F.scaled_dot_product_attention, PyTorch's own choice of backend
+    sdpa_flash      SDPA forced to its FlashAttention-2 backend
+    sdpa_cudnn      SDPA forced to its cuDNN backend
+    flex            FlexAttention (torch.compile'd), when it is there
+    naive           attention with the whole N x N matrix, until it runs out of memory
+
+Each provider's output is checked against SDPA's before it is timed (a wrong
+kernel is reported, not timed). Times are medians of
+``triton.testing.do_bench``. FLOPs are counted as 4 * B * Hq * N^2 * D (two
+matrix products of 2 * N^2 * D each per head), halved when causal. Every
+launch processes 16k tokens (B = 16384 // N), as the anchors in DESIGN.md do.
+
+On a machine with no GPU it says that timings need one and exits cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gqa_flash import runtime
+
+FIELDS = [
+    "provider", "dtype", "causal", "head_dim", "seq_len", "batch", "q_heads", "kv_heads",
+    "ms_median", "tflops", "ratio_to_sdpa_default", "peak_mem_mib", "rel_err_vs_sdpa",
+    "status", "flops_counted_as", "date", "gpu", "driver", "torch", "triton",
+]
+TOKENS_PER_LAUNCH = 16384
+
+
+@dataclass(frozen=True)
+class Case:
+    dtype: torch.dtype
+    causal: bool
+    head_dim: int
+    seq_len: int
+    q_heads: int = 32
+    kv_heads: int = 8
+
+    @property
+    def batch(self) -> int:
+        return max(1, TOKENS_PER_LAUNCH // self.seq_len)
+
+    @property
+    def flops(self) -> float:
+        f = 4.0 * self.batch * self.q_heads * self.seq_len**2 * self.head_dim
+        return f / 2 if self.causal else f
+
+
+def sweep(kind: str) -> list[Case]:
+    """``main``: bf16, causal, GQA 32:8, head_dim 64 and 128, N = 1k..16k.
+    ``extra``: MHA, MQA, non-causal, fp16, head_dim 96 and 256, at N = 4k and 16k."""
+    bf16 = torch.bfloat16
+    main = [Case(bf16, True, d, n) for d in (64, 128) for n in (1024, 2048, 4096, 8192, 16384)]
+    if kind == "main":
+        return main
+    extra = []
+    for n in (4096, 16384):
+        extra += [
+            Case(bf16, True, 128, n, 32, 32),  # MHA
+            Case(bf16, True, 128, n, 32, 1),  # MQA
+            Case(bf16, False, 128, n),  # non-causal
+            Case(torch.float16, True, 128, n),  # fp16
+            Case(bf16, True, 96, n),
+            Case(bf16, True, 256, n),
+        ]
+    return main + extra if kind == "all" else extra
+
+
+def providers():
+    """name -> function(q, k, v, causal) for every provider available here."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from gqa_flash import fast_forward, impl
+
+    graded = impl.load("forward", "solutions")
+    naive = impl.load("naive", "solutions")
+
+    def sdpa(backend=None):
+        def run(q, k, v, causal):
+            if backend is None:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+        return run
+
+    table = {
+        "course_graded": lambda q, k, v, causal: graded.flash_attention_forward(q, k, v, causal=causal),
+        "course_fast": lambda q, k, v, causal: fast_forward.fast_attention_forward(q, k, v, causal=causal),
+        "sdpa_default": sdpa(),
+        "sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION),
+        "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "naive": lambda q, k, v, causal: naive.naive_attention(q, k, v, causal=causal),
+    }
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        compiled = torch.compile(flex_attention, dynamic=False)
+        masks = {}
+
+        def flex(q, k, v, causal):
+            n = q.shape[2]
+            mask = None
+            if causal:
+                if n not in masks:
+                    masks[n] = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, n, n, device=q.device)
+                mask = masks[n]
+            return compiled(q, k, v, block_mask=mask, enable_gqa=True)
+
+        table["flex"] = flex
+    except Exception:  # an older torch, or no compiler toolchain
+        pass
+    return table
+
+
+def environment() -> dict:
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout.strip().splitlines()[0]
+    except Exception:
+        driver = "unknown"
+    import triton
+
+    return dict(
+        date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
+        gpu=torch.cuda.get_device_name(0),
+        driver=driver,
+        torch=torch.__version__,
+        triton=triton.__version__,
+    )
+
+
+def inputs(case: Case, seed: int = 0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def rnd(heads):
+        return torch.randn(case.batch, heads, case.seq_len, case.head_dim, device="cuda", dtype=case.dtype,
+                           generator=gen)
+
+    return rnd(case.q_heads), rnd(case.kv_heads), rnd(case.kv_heads)
+
+
+def measure(fn, q, k, v, causal, expected):
+    """(ms, peak MiB, relative error, status) for one provider on one case."""
+    from triton.testing import do_bench
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    try:
+        out = fn(q, k, v, causal)
+        torch.cuda.synchronize()
+    except torch.OutOfMemoryError:
+        return math.nan, math.nan, math.nan, "out of memory"
+    peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+    err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
+    del out
+    if not err < 2e-2:  # NaN fails too
+        return math.nan, peak, err, "wrong result"
+    ms = do_bench(lambda: fn(q, k, v, causal), warmup=25, rep=100, return_mode="median")
+    return ms, peak, err, "ok"
+
+
+def run(cases, names, out_path: Path, log=print) -> list[dict]:
+    table = providers()
+    names = [n for n in names if n in table]
+    env = environment()
+    rows = []
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        total, done, start = len(cases) * len(names), 0, time.time()
+        for case in cases:
+            q, k, v = inputs(case)
+            expected = table["sdpa_default"](q, k, v, case.causal)
+            base_ms = None
+            for name in ["sdpa_default"] + [n for n in names if n != "sdpa_default"]:
+                if name not in names:
+                    continue
+                ms, peak, err, status = measure(table[name], q, k, v, case.causal, expected)
+                if name == "sdpa_default":
+                    base_ms = ms
+                row = dict(
+                    provider=name, dtype=str(case.dtype).replace("torch.", ""), causal=case.causal,
+                    head_dim=case.head_dim, seq_len=case.seq_len, batch=case.batch, q_heads=case.q_heads,
+                    kv_heads=case.kv_heads, ms_median=round(ms, 4), tflops=round(case.flops / ms * 1e-9, 1),
+                    ratio_to_sdpa_default=round(base_ms / ms, 3) if base_ms else math.nan,
+                    peak_mem_mib=round(peak, 1), rel_err_vs_sdpa=f"{err:.2e}", status=status,
+                    flops_counted_as="4*B*Hq*N^2*D" + (" / 2 (causal)" if case.causal else ""), **env,
+                )
+                writer.writerow(row)
+                f.flush()  # an interrupted sweep keeps what it measured
+                rows.append(row)
+                done += 1
+                log(
+                    f"[{done:3d}/{total}] {time.time() - start:6.0f}s  {row['dtype']:8s} "
+                    f"{'causal' if case.causal else 'full  '} D={case.head_dim:3d} N={case.seq_len:5d} "
+                    f"{case.q_heads}:{case.kv_heads:<2d} {name:14s} {row['tflops']:7.1f} TFLOP/s  "
+                    f"x{row['ratio_to_sdpa_default']:.3f}  {status}"
+                )
+            del q, k, v, expected
+    return rows
+
+
+def memory_sweep(out_path: Path, log=print) -> list[dict]:
+    """Peak memory of one forward call as N grows: the course kernels (O(N)) against naive (O(N^2))."""
+    from gqa_flash import fast_forward, impl
+
+    graded = impl.load("forward", "solutions")
+    naive = impl.load("naive", "solutions")
+    rows = []
+    for n in [1024 * 2**i for i in range(8)]:  # 1k .. 128k
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(1, h, n, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (32, 8, 8))
+        kernels = (
+            ("course_graded", graded.flash_attention_forward),
+            ("course_fast", fast_forward.fast_attention_forward),
+            ("naive", naive.naive_attention),
+        )
+        for name, fn in kernels:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            try:
+                out = fn(q, k, v, causal=True)
+                torch.cuda.synchronize()
+                peak, status = (torch.cuda.max_memory_allocated() - before) / 2**20, "ok"
+                del out
+            except torch.OutOfMemoryError:
+                peak, status = math.nan, "out of memory"
+            rows.append(dict(provider=name, seq_len=n, batch=1, q_heads=32, kv_heads=8, head_dim=128,
+                             peak_mem_mib=round(peak, 1), status=status))
+            log(f"memory N={n:6d} {name:14s} {peak:10.1f} MiB {status}")
+        del q, k, v
+    with open(out_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gqa_flash.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", choices=["main", "extra", "all"], default="main")
+    parser.add_argument("--providers", default="course_graded,course_fast,sdpa_default,sdpa_flash,sdpa_cudnn,flex,naive",
+                        help="comma-separated provider names")
+    parser.add_argument("--out", type=Path, default=Path("bench_forward.csv"), help="the CSV to write")
+    parser.add_argument("--memory", type=Path, default=None, help="also sweep peak memory into this CSV")
+    args = parser.parse_args(argv)
+    if runtime.DEVICE.type != "cuda":
+        print("gqa_flash.bench: timings need a CUDA GPU; this machine runs kernels in Triton's interpreter "
+              "(see notebooks/ for the committed H200 measurements). Nothing to do.")
+        return 0
+    run(sweep(args.sweep), args.providers.split(","), args.out)
+    if args.memory:
+        memory_sweep(args.memory)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
