@@ -160,20 +160,28 @@ def inputs(case: Case, seed: int = 0):
     return rnd(case.q_heads), rnd(case.kv_heads), rnd(case.kv_heads)
 
 
-def measure(fn, q, k, v, causal, expected):
-    """(ms, peak MiB, relative error, status) for one provider on one case."""
-    from triton.testing import do_bench
-
+def _peak_memory(fn, q, k, v, causal):
+    """(output, MiB allocated at the peak of one call). A first, untimed call
+    warms the autotuner up, whose trials (and their cache-flush buffer) must
+    not count as the kernel's memory."""
+    fn(q, k, v, causal)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
+    out = fn(q, k, v, causal)
+    torch.cuda.synchronize()
+    return out, (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def measure(fn, q, k, v, causal, expected):
+    """(ms, peak MiB, relative error, status) for one provider on one case."""
+    from triton.testing import do_bench
+
     try:
-        out = fn(q, k, v, causal)
-        torch.cuda.synchronize()
+        out, peak = _peak_memory(fn, q, k, v, causal)
     except torch.OutOfMemoryError:
         return math.nan, math.nan, math.nan, "out of memory"
-    peak = (torch.cuda.max_memory_allocated() - before) / 2**20
     err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
     del out
     if not err < 2e-2:  # NaN fails too
@@ -240,14 +248,9 @@ def memory_sweep(out_path: Path, log=print) -> list[dict]:
             ("naive", naive.naive_attention),
         )
         for name, fn in kernels:
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
             try:
-                out = fn(q, k, v, causal=True)
-                torch.cuda.synchronize()
-                peak, status = (torch.cuda.max_memory_allocated() - before) / 2**20, "ok"
+                out, peak = _peak_memory(lambda q, k, v, causal, fn=fn: fn(q, k, v, causal=causal), q, k, v, True)
+                status = "ok"
                 del out
             except torch.OutOfMemoryError:
                 peak, status = math.nan, "out of memory"

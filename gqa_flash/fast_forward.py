@@ -135,7 +135,8 @@ CONFIGS = [
 
 
 def _prune(configs, named_args, **kwargs):
-    big = named_args["HEAD_DIM_PAD"] > 128 or named_args["Q"].dtype == torch.float32
+    args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
+    big = args["HEAD_DIM_PAD"] > 128 or args["Q"].dtype == torch.float32
     fits = [c for c in configs if not big or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 64]
     return fits or configs
 

@@ -270,7 +270,8 @@ GPU_CONFIGS = [
 def _prune_configs(configs, named_args, **kwargs):
     """Keep the candidates that fit: big tiles run out of registers and shared
     memory at head_dim 256 or with fp32 inputs."""
-    big = named_args["HEAD_DIM_PAD"] > 128 or named_args["Q"].dtype == torch.float32
+    args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
+    big = args["HEAD_DIM_PAD"] > 128 or args["Q"].dtype == torch.float32
     fits = [c for c in configs if not big or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
     return fits or configs
 
