@@ -257,7 +257,7 @@ INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
 # Triton's autotuner times each candidate once per new key and keeps the
 # fastest. (Measured on an H200, bf16, causal GQA 32:8: 128x64 with 8 warps
 # wins at head_dim 64, 128x128 at head_dim 128 and long sequences, 64x64 at
-# head_dim 128 and N = 1024; bench/results/ holds the numbers.)
+# head_dim 128 and N = 1024; notebooks/data/ holds the numbers.)
 GPU_CONFIGS = [
     triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=w, num_stages=st)
     for bm, bn, w, st in [
