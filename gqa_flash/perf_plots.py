@@ -1,0 +1,133 @@
+"""Pictures of the measured performance (notebook 05): read the benchmark CSVs, draw them.
+
+The CSVs come from ``python -m gqa_flash.bench`` on a GPU; the H200 runs are
+committed under ``notebooks/data`` so that students without a GPU see them too.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "notebooks" / "data"
+
+# Ceilings measured on one H200 of the lent machines (device tool, KINDS.md,
+# 2026-10-28 and 2026-11-04): an 8192^3 bf16 matrix product through PyTorch on
+# random data, and a large device-to-device copy counting bytes read + written.
+H200_MATMUL_TFLOPS = 788.0
+H200_COPY_TBPS = 4.3
+
+STYLE = {
+    "course_fast": dict(color="tab:red", marker="o", label="course: fast kernel"),
+    "course_graded": dict(color="tab:orange", marker="s", label="course: graded kernel (autotuned)"),
+    "sdpa_default": dict(color="black", marker="^", label="SDPA default (cuDNN)"),
+    "sdpa_cudnn": dict(color="tab:gray", marker="v", label="SDPA cuDNN backend", linestyle=":"),
+    "sdpa_flash": dict(color="tab:blue", marker="D", label="SDPA FlashAttention-2 backend"),
+    "flex": dict(color="tab:green", marker="x", label="FlexAttention"),
+    "naive": dict(color="tab:purple", marker=".", label="naive PyTorch"),
+}
+
+
+def read(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def attention_flops(batch, q_heads, seq_len, head_dim, causal=True) -> float:
+    """4 * B * Hq * N^2 * D: two products (S = QK^T, O = PV) of 2 * N^2 * D each; half of it when causal."""
+    f = 4.0 * batch * q_heads * seq_len**2 * head_dim
+    return f / 2 if causal else f
+
+
+def attention_min_bytes(batch, q_heads, kv_heads, seq_len, head_dim, elem_bytes=2) -> float:
+    """The fewest bytes a forward pass moves: read Q, K, V once, write O once (and the fp32 LSE)."""
+    qo = 2 * batch * q_heads * seq_len * head_dim * elem_bytes
+    kv = 2 * batch * kv_heads * seq_len * head_dim * elem_bytes
+    return qo + kv + batch * q_heads * seq_len * 4
+
+
+def plot_throughput(rows, ax, head_dim):
+    """TFLOP/s against N, one line per provider, for one head dim."""
+    for provider, style in STYLE.items():
+        pts = sorted(
+            (int(r["seq_len"]), float(r["tflops"]))
+            for r in rows
+            if r["provider"] == provider and int(r["head_dim"]) == head_dim and r["status"] == "ok"
+        )
+        if pts:
+            ax.plot(*zip(*pts), **style)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length N (16k tokens per launch)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"bf16, causal, GQA 32:8, head_dim {head_dim}")
+    ax.axhline(H200_MATMUL_TFLOPS, color="gray", linewidth=0.8, linestyle="--")
+    ax.text(1024, H200_MATMUL_TFLOPS * 0.97, "bf16 matmul ceiling", va="top", fontsize=8, color="gray")
+    ax.set_ylim(0, H200_MATMUL_TFLOPS * 1.05)
+    ax.grid(alpha=0.3)
+
+
+def plot_memory(rows, ax):
+    """Peak memory of one forward call against N (log-log), until naive attention runs out."""
+    for provider in ("course_graded", "course_fast", "naive"):
+        pts = sorted(
+            (int(r["seq_len"]), float(r["peak_mem_mib"]))
+            for r in rows
+            if r["provider"] == provider and r["status"] == "ok" and not math.isnan(float(r["peak_mem_mib"]))
+        )
+        if pts:
+            ax.plot(*zip(*pts), **STYLE[provider])
+        oom = [int(r["seq_len"]) for r in rows if r["provider"] == provider and r["status"] != "ok"]
+        if oom:
+            ax.axvline(min(oom), color=STYLE[provider]["color"], linestyle=":", linewidth=1)
+            ax.text(min(oom), ax.get_ylim()[1] if ax.get_ylim()[1] > 1 else 1e5, " naive: out of memory",
+                    color=STYLE[provider]["color"], fontsize=8, va="top")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length N (batch 1, 32 query heads, 8 KV heads, head_dim 128)")
+    ax.set_ylabel("peak memory of one call (MiB)")
+    ax.set_title("O(N) against O(N^2)")
+    ax.grid(alpha=0.3, which="both")
+
+
+def plot_roofline(rows, ax):
+    """The H200's roofline and where each provider's runs land on it."""
+    xs = [10 ** (i / 20) for i in range(0, 81)]  # 1 .. 10^4 FLOP/byte
+    roof = [min(H200_MATMUL_TFLOPS, x * H200_COPY_TBPS) for x in xs]
+    ax.plot(xs, roof, color="gray", linewidth=2, label="roofline (measured ceilings)")
+    for provider, style in STYLE.items():
+        pts = []
+        for r in rows:
+            if r["provider"] != provider or r["status"] != "ok":
+                continue
+            b, hq, hkv, n, d = (int(r[c]) for c in ("batch", "q_heads", "kv_heads", "seq_len", "head_dim"))
+            causal = r["causal"] == "True"
+            intensity = attention_flops(b, hq, n, d, causal) / attention_min_bytes(b, hq, hkv, n, d)
+            pts.append((intensity, float(r["tflops"])))
+        if pts:
+            ax.scatter(*zip(*pts), color=style["color"], marker=style["marker"], label=style["label"], s=18)
+    ridge = H200_MATMUL_TFLOPS / H200_COPY_TBPS
+    ax.axvline(ridge, color="gray", linestyle=":", linewidth=1)
+    ax.text(ridge, 20, f" ridge: {ridge:.0f} FLOP/byte", fontsize=8, color="gray")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of the minimum traffic)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title("H200 roofline: attention is compute-bound")
+    ax.grid(alpha=0.3, which="both")
+
+
+def ratio_table(rows, providers=("course_graded", "course_fast", "sdpa_flash", "sdpa_cudnn")) -> str:
+    """Ratio to SDPA's default backend, by head dim and N, as a text table."""
+    cells = {(r["provider"], int(r["head_dim"]), int(r["seq_len"])): r for r in rows}
+    dims = sorted({int(r["head_dim"]) for r in rows})
+    lens = sorted({int(r["seq_len"]) for r in rows})
+    lines = [f"{'provider':15s} {'D':>4s} " + " ".join(f"{'N=' + str(n):>8s}" for n in lens)]
+    for p in providers:
+        for d in dims:
+            vals = []
+            for n in lens:
+                r = cells.get((p, d, n))
+                vals.append(f"{float(r['ratio_to_sdpa_default']):8.2f}" if r and r["status"] == "ok" else f"{'-':>8s}")
+            lines.append(f"{p:15s} {d:4d} " + " ".join(vals))
+    return "\n".join(lines)
