@@ -1,0 +1,348 @@
+"""Grade submissions: ``python -m gqa_flash.grade [SUBMISSION ...]``.
+
+A submission is a folder, a zip or a .py file holding some of the graded
+files (``naive.py``, ``online_softmax.py``, ``tiled.py``, ``forward.py``, at
+any depth); with none, the student's own working copy (``gqa_flash/``) is
+graded. For each one the grader
+
+1. takes only the graded files, as bytes (:mod:`gqa_flash.submission`);
+2. writes a fresh copy of the course in a temporary folder, from a snapshot
+   read once (:mod:`gqa_flash.sandbox`): the course's own support modules
+   and tests, the submission's graded files, the stubs for the missing ones,
+   no ``solutions/``;
+3. runs the graded tests there, in a subprocess, with a time limit per test
+   and per submission, restarting after a crash (:mod:`gqa_flash.testrun`,
+   :mod:`gqa_flash.grade_plugin`);
+4. scores each test with its points (a parametrized test's points shared
+   among its cases), removes the copy, and reports: a table on the terminal,
+   Gradescope's ``results.json`` (``--out``; :mod:`gqa_flash.gradescope`),
+   a CSV row per submission for a batch (``--csv``).
+
+Examples::
+
+    python -m gqa_flash.grade                                  # your own files
+    python -m gqa_flash.grade alice.zip --out results.json
+    python -m gqa_flash.grade submissions/*.zip --csv grades.csv --out results/ --jobs 4
+    python -m gqa_flash.grade --gradescope-bundle autograder.zip [--extra-tests hidden/]
+
+A batch writes each submission's row (and its results.json) as soon as it is
+graded; run the same command again after an interruption and the
+submissions already in the CSV are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gqa_flash import gradescope, sandbox, submission, testrun
+from gqa_flash.testrun import Limits, TestResult
+
+
+@dataclass
+class Report:
+    """One graded submission."""
+
+    submission: str
+    tests: list[TestResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # the graded files it submitted
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return sum(t.score for t in self.tests)
+
+    @property
+    def max_score(self) -> float:
+        return sum(t.max_score for t in self.tests)
+
+    def parts(self) -> dict[tuple[str, bool], list[TestResult]]:
+        """Tests by (part, hidden), in the order they ran: the graded modules first."""
+        parts: dict[tuple[str, bool], list[TestResult]] = {}
+        for t in self.tests:
+            parts.setdefault((t.part, t.hidden), []).append(t)
+        return parts
+
+    def part_score(self, part: str, hidden: bool = False) -> tuple[float, float]:
+        tests = self.parts().get((part, hidden), [])
+        return sum(t.score for t in tests), sum(t.max_score for t in tests)
+
+    def summary(self) -> str:
+        """A few lines for the top of Gradescope's results: the total, each part, the notes."""
+        lines = [f"gqa-flash: {_num(self.score)} / {_num(self.max_score)} points"]
+        for (part, hidden), tests in self.parts().items():
+            got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
+            lines.append(f"  {_part_name(part, hidden)}: {_num(got)} / {_num(worth)}  {_verdict(tests)}")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+    return f"{x:.2f}".rstrip("0").rstrip(".")
+
+
+def _part_name(part: str, hidden: bool) -> str:
+    return f"hidden tests ({part})" if hidden else f"{part}.py"
+
+
+def _verdict(tests: list[TestResult]) -> str:
+    failed = sum(not t.passed for t in tests)
+    if not failed:
+        return f"passed ({len(tests)} test{'s' * (len(tests) != 1)})"
+    if failed == len(tests):
+        return f"failed (all {len(tests)})"
+    return f"{failed} of {len(tests)} failed"
+
+
+def grade(source: Path | None = None, *, course: sandbox.Course | None = None, only=None,
+          limits: Limits | None = None) -> Report:
+    """Grade one submission (a folder, zip or .py file; None: the working copy). Never raises for a bad one."""
+    start = time.monotonic()
+    course = course or sandbox.snapshot()
+    limits = limits or Limits()
+    sub = submission.read(source)
+    report = Report(submission=sub.name, notes=list(sub.notes), files=sorted(sub.files))
+    workdir = Path(tempfile.mkdtemp(prefix="gqa-flash-grade-"))
+    try:
+        run = testrun.run_tests(course, sub.files, workdir, course.tests_of(only), limits)
+        report.tests = run.tests
+        report.notes.extend(run.notes)
+    except Exception as e:  # a bug of the grader's own must not stop a batch
+        report.notes.append(f"the grader failed on this submission: {type(e).__name__}: {e}")
+    finally:
+        sandbox.remove(workdir)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def table(report: Report) -> str:
+    """The readable verdict: one row per part, the failed tests under it with what went wrong."""
+    rows = [f"{report.submission}: {_num(report.score)} / {_num(report.max_score)} points "
+            f"({report.seconds:.0f} s)", "", f"  {'part':<24} {'points':>11}  verdict"]
+    for (part, hidden), tests in report.parts().items():
+        got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
+        rows.append(f"  {_part_name(part, hidden):<24} {_num(got):>5} / {_num(worth):<3}  {_verdict(tests)}")
+        # Failed tests, those that failed the same way on one line (a stub fails every test alike).
+        by_message: dict[str, list[TestResult]] = {}
+        for t in tests:
+            if not t.passed:
+                by_message.setdefault(t.message, []).append(t)
+        for message, failed in by_message.items():
+            names = failed[0].name if len(failed) == 1 else f"{failed[0].name} and {len(failed) - 1} more"
+            if len(failed) == len(tests) > 1:
+                names = f"all {len(tests)} tests"
+            rows.append(f"      {names}: {message}")
+    rows.append(f"  {'total':<24} {_num(report.score):>5} / {_num(report.max_score):<3}")
+    if report.notes:
+        rows += ["", "notes:"] + [f"  - {n}" for n in report.notes]
+    return "\n".join(rows)
+
+
+# --- many submissions ---------------------------------------------------------------
+
+
+class GradeBook:
+    """The CSV of a batch: one row per submission, flushed as each is graded; it knows who is done."""
+
+    def __init__(self, path: Path, parts: list[str], hidden: bool):
+        self.path = Path(path)
+        self.parts = parts
+        self.columns = ["submission", "score", "max_score", *parts, *(["hidden"] if hidden else []),
+                        "seconds", "notes"]
+        self.done: set[str] = set()
+        if self.path.exists() and self.path.stat().st_size:
+            with open(self.path, newline="") as f:
+                reader = csv.DictReader(f)
+                if reader.fieldnames != self.columns:
+                    raise SystemExit(f"{self.path} has columns {reader.fieldnames}, not {self.columns}: "
+                                     "use another --csv file")
+                self.done = {row["submission"] for row in reader}
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "w", newline="") as f:
+                csv.writer(f).writerow(self.columns)
+
+    def add(self, report: Report) -> None:
+        row = {"submission": report.submission, "score": _num(report.score), "max_score": _num(report.max_score),
+               "seconds": f"{report.seconds:.0f}", "notes": " | ".join(report.notes)[:1000]}
+        for part in self.parts:
+            row[part] = _num(report.part_score(part)[0])
+        if "hidden" in self.columns:
+            row["hidden"] = _num(sum(t.score for t in report.tests if t.hidden))
+        with open(self.path, "a", newline="") as f:
+            csv.DictWriter(f, self.columns).writerow(row)
+
+
+class Progress:
+    """A progress bar on stderr (a line per submission when stderr is not a terminal)."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.count, self.stream = total, 0, stream
+        self.tty = stream.isatty()
+        self.start = time.monotonic()
+
+    def done(self, line: str) -> None:
+        self.count += 1
+        if self.tty:
+            self.stream.write("\r\033[K")
+        self.stream.write(line + "\n")
+        if self.tty:
+            width = 30
+            filled = width * self.count // max(1, self.total)
+            elapsed = time.monotonic() - self.start
+            eta = elapsed / self.count * (self.total - self.count)
+            self.stream.write(f"[{'#' * filled}{'.' * (width - filled)}] {self.count}/{self.total}  "
+                              f"{elapsed:.0f} s, about {eta:.0f} s to go")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _json_names(sources: list[Path]) -> dict[Path, str]:
+    """A distinct, safe results file name per submission: alice.zip -> alice.json."""
+    names, used = {}, set()
+    for src in sources:
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", src.stem if src.suffix else src.name) or "submission"
+        name, n = base, 1
+        while name in used:
+            n += 1
+            name = f"{base}-{n}"
+        used.add(name)
+        names[src] = name + ".json"
+    return names
+
+
+def grade_batch(sources: list[Path], *, course: sandbox.Course, only=None, limits: Limits | None = None,
+                jobs: int = 1, on_done=None) -> list[Report]:
+    """Grade many submissions, jobs at a time; on_done(source, report) as each one finishes.
+
+    Each submission's tests run in their own processes; the threads here only
+    wait for them, so `jobs` is how many test processes run at once.
+    """
+    reports = []
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        futures = {pool.submit(grade, src, course=course, only=only, limits=limits): src for src in sources}
+        for future in as_completed(futures):
+            report = future.result()
+            reports.append(report)
+            if on_done is not None:
+                on_done(futures[future], report)
+    except BaseException:  # Ctrl-C: stop the test processes, keep what is written
+        testrun.stop()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return reports
+
+
+# --- the command line -----------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gqa_flash.grade", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("submissions", nargs="*", type=Path,
+                   help="folders, zips or .py files (default: your own files in gqa_flash/)")
+    p.add_argument("--out", type=Path, help="results.json (one submission) or a folder of them (several)")
+    p.add_argument("--csv", type=Path, help="one row per submission; submissions already in it are skipped")
+    p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                   help="submissions graded at once (default: half the cores)")
+    p.add_argument("--only", help="grade only these parts, e.g. naive,forward")
+    p.add_argument("--extra-tests", type=Path, help="a folder of hidden tests (shown after the due date)")
+    p.add_argument("--timeout", type=float, default=Limits.submission_s, help="seconds per submission (default %(default)s)")
+    p.add_argument("--test-timeout-cap", type=float, help="cap each test's own time limit (seconds)")
+    p.add_argument("--strikes", type=int, default=Limits.strikes,
+                   help="hangs or crashes after which a part's remaining tests are not run (default %(default)s)")
+    p.add_argument("--gradescope-bundle", type=Path, metavar="ZIP",
+                   help="write Gradescope's autograder zip (with --extra-tests if given) and grade nothing")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.gradescope_bundle:
+        names = gradescope.write_bundle(args.gradescope_bundle, extra_tests=args.extra_tests)
+        print(f"wrote {args.gradescope_bundle} ({len(names)} files): upload it as the autograder "
+              "(Ubuntu base image; the course runs on the CPU there)")
+        return 0
+    only = set(args.only.split(",")) if args.only else None
+    limits = Limits(submission_s=args.timeout, timeout_cap_s=args.test_timeout_cap, strikes=args.strikes)
+    try:
+        course = sandbox.snapshot(extra_tests=args.extra_tests)
+    except (OSError, ValueError) as e:
+        print(f"grade: {e}", file=sys.stderr)
+        return 2
+    if only and not set(course.tests_of(only)):
+        print(f"grade: --only {args.only}: no such part (parts: {', '.join(_parts(course))})", file=sys.stderr)
+        return 2
+
+    if len(args.submissions) <= 1:
+        report = grade(args.submissions[0] if args.submissions else None, course=course, only=only, limits=limits)
+        print(table(report))
+        if args.out:
+            _write_json(args.out, report)
+        if args.csv:
+            GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)).add(report)
+        return 0
+
+    book = GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)) if args.csv else None
+    todo = [s for s in args.submissions if book is None or str(s) not in book.done]
+    if len(todo) < len(args.submissions):
+        print(f"skipping {len(args.submissions) - len(todo)} submission(s) already in {args.csv}", file=sys.stderr)
+    json_names = _json_names(args.submissions)
+    progress = Progress(len(todo))
+    lock = threading.Lock()
+
+    def on_done(src: Path, report: Report) -> None:
+        with lock:
+            if args.out:
+                _write_json(args.out / json_names[src], report)
+            if book is not None:
+                book.add(report)
+            flag = f"  ({len(report.notes)} note{'s' * (len(report.notes) != 1)})" if report.notes else ""
+            progress.done(f"{_num(report.score):>6} / {_num(report.max_score)}  {report.submission}{flag}")
+
+    try:
+        grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done)
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"interrupted after {progress.count} of {len(todo)}; run the same command again to go on",
+              file=sys.stderr)
+        return 130
+    progress.close()
+    return 0
+
+
+def _parts(course: sandbox.Course, only=None) -> list[str]:
+    parts = [Path(t).stem.removeprefix("test_") for t in course.tests_of(only) if t.startswith("tests/graded/")]
+    return list(dict.fromkeys(parts))
+
+
+def _has_hidden(course: sandbox.Course, only=None) -> bool:
+    return any(t.startswith(sandbox.HIDDEN_DIR + "/") for t in course.tests_of(only))
+
+
+def _write_json(path: Path, report: Report) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(gradescope.results_json(report), indent=2))
+    tmp.replace(path)  # whole or not at all, even if interrupted
+
+
+if __name__ == "__main__":
+    sys.exit(main())

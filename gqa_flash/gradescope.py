@@ -1,0 +1,128 @@
+"""Gradescope: the ``results.json`` it reads, and the autograder bundle it runs.
+
+Gradescope runs ``run_autograder`` once per submission in a container where
+the bundle is unpacked at ``/autograder/source`` and the student's files are
+in ``/autograder/submission``; it reads ``/autograder/results/results.json``
+(https://gradescope-autograders.readthedocs.io/en/latest/specs/). The bundle
+written here holds the course as a student release would (support modules,
+the *stubs* of the graded modules, the graded tests; never ``solutions/``),
+an instructor's hidden tests if any, and two scripts:
+
+* ``setup.sh`` (run once, when Gradescope builds the image): a virtual
+  environment with CPU-only torch (the image has no GPU, so kernels run in
+  Triton's interpreter, in fp16 and fp32), triton, numpy, pytest and
+  pytest-timeout;
+* ``run_autograder``: ``python -m gqa_flash.grade /autograder/submission
+  --out /autograder/results/results.json``. ``AUTOGRADER_ROOT`` and
+  ``GQA_FLASH_PYTHON`` override ``/autograder`` and its Python, so that the
+  course's own tests can run it in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import stat
+import zipfile
+from pathlib import Path
+
+from gqa_flash import sandbox
+
+HIDDEN = "after_due_date"  # Gradescope shows hidden tests' results once the due date has passed
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def results_json(report) -> dict:
+    """Gradescope's results.json for one graded submission (a grade.Report)."""
+    tests = []
+    for t in report.tests:
+        tests.append(
+            dict(
+                name=f"{t.part}.py: {t.name}" if not t.hidden else f"hidden ({t.part}): {t.name}",
+                score=round(t.score, 4),
+                max_score=round(t.max_score, 4),
+                status="passed" if t.passed else "failed",
+                output=t.message,
+                visibility=HIDDEN if t.hidden else "visible",
+            )
+        )
+    return dict(
+        score=round(report.score, 2),
+        execution_time=int(round(report.seconds)),
+        output=report.summary(),
+        visibility="visible",
+        stdout_visibility="hidden",
+        tests=tests,
+    )
+
+
+# --- the autograder bundle -------------------------------------------------------
+
+SETUP_SH = """\
+#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder image.
+# Written by `python -m gqa_flash.grade --gradescope-bundle`.
+set -euo pipefail
+apt-get update -q
+apt-get install -y -q python3 python3-venv python3-pip
+python3 -m venv /autograder/venv
+/autograder/venv/bin/python -m pip install --upgrade pip
+# The image has no GPU: CPU wheels of torch (the CUDA ones are gigabytes), and
+# Triton runs its kernels in its interpreter.
+/autograder/venv/bin/python -m pip install --index-url {torch_index} {torch}
+/autograder/venv/bin/python -m pip install -r /autograder/source/requirements.txt
+"""
+
+RUN_AUTOGRADER = """\
+#!/usr/bin/env bash
+# Gradescope runs this for every submission. Written by `python -m gqa_flash.grade --gradescope-bundle`.
+# AUTOGRADER_ROOT and GQA_FLASH_PYTHON override /autograder and its Python (to try the bundle locally).
+set -uo pipefail
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PYTHON="${{GQA_FLASH_PYTHON:-$ROOT/venv/bin/python}}"
+RESULTS="$ROOT/results/results.json"
+mkdir -p "$ROOT/results"
+cd "$ROOT/source"
+PYTHONPATH="$ROOT/source" "$PYTHON" -m gqa_flash.grade "$ROOT/submission" --out "$RESULTS" \\
+    --timeout {timeout}{extra}
+if [ ! -s "$RESULTS" ]; then  # the grader itself failed: say so rather than leave Gradescope guessing
+    echo '{{"score": 0, "output": "The autograder failed before it could grade this submission. Please tell your instructor."}}' > "$RESULTS"
+fi
+"""
+
+
+def _requirements(course_dir: Path) -> tuple[str, list[str]]:
+    """torch's requirement, and the others, from pyproject.toml (pytest and pytest-timeout from the extras)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        return "torch", ["triton", "numpy", "pytest", "pytest-timeout"]
+    project = tomllib.loads((course_dir / "pyproject.toml").read_text())["project"]
+    deps = list(project["dependencies"])
+    deps += [d for d in project.get("optional-dependencies", {}).get("course", []) if d.startswith("pytest")]
+    torch = next((d for d in deps if d.replace(" ", "").startswith("torch")), "torch")
+    return torch, [d for d in deps if d != torch]
+
+
+def write_bundle(dest: Path, course_dir: Path = sandbox.COURSE_DIR, extra_tests: Path | None = None,
+                 timeout_s: float = 540) -> list[str]:
+    """Write the autograder zip; returns the names in it."""
+    course = sandbox.snapshot(course_dir)
+    torch, others = _requirements(course_dir)
+    extra = ' \\\n    --extra-tests "$ROOT/source/hidden_tests"' if extra_tests else ""
+    files: dict[str, bytes] = dict(course.files)
+    if extra_tests:
+        files.update(sandbox.read_tree(Path(extra_tests), "hidden_tests"))
+    files["requirements.txt"] = ("\n".join(others) + "\n").encode()
+    scripts = {
+        "setup.sh": SETUP_SH.format(torch_index=TORCH_CPU_INDEX, torch=f"'{torch}'"),
+        "run_autograder": RUN_AUTOGRADER.format(timeout=int(timeout_s), extra=extra),
+    }
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, text in scripts.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFREG | 0o755) << 16  # executable, as Gradescope requires
+            archive.writestr(info, text)
+        for name, content in sorted(files.items()):
+            archive.writestr(name, content)
+    return sorted([*scripts, *files])

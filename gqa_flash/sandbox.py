@@ -1,0 +1,155 @@
+"""The pristine course a submission is graded in.
+
+The grader never trusts the files it grades, nor what they might do to the
+disk. So it reads the course *once*, into memory (:func:`snapshot`): the
+support modules of ``gqa_flash/``, the stubs of the graded modules, the graded
+tests and ``pyproject.toml`` (which registers the ``points`` mark). Every test
+run then gets a fresh copy written from that snapshot (:func:`build`), with
+the submission's graded files in place of the stubs. A submission that
+rewrites the tests, the reference, or the course on disk changes nothing for
+the next run nor for the next submission; :func:`tampered` says what it
+touched, so the instructor hears about it.
+
+The copy never holds ``solutions/``: a missing graded file gets the stub
+``python -m gqa_flash.release`` would write. In a student release or a
+Gradescope bundle, where there is no ``solutions/`` folder, the package's own
+graded files are the stubs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gqa_flash import impl, release
+
+COURSE_DIR = release.COURSE_DIR
+GRADED_FILES = tuple(f"{m}.py" for m in impl.GRADED_MODULES)
+HIDDEN_DIR = "tests/extra"  # where an instructor's extra tests go in the copy (see grade_plugin)
+MAX_EXTRA_BYTES = 1 << 20  # per file of the extra tests; they are tests, not data sets
+
+
+@dataclass(frozen=True)
+class Course:
+    """The course files a copy is made of: {path relative to the copy: content}."""
+
+    files: dict[str, bytes]
+    graded_files: tuple[str, ...] = GRADED_FILES
+    test_files: tuple[str, ...] = field(default=())  # the test modules to run, graded first
+
+    def tests_of(self, parts=None) -> list[str]:
+        """The test files of the chosen parts (``test_naive.py`` is part ``naive``), all when None."""
+        if parts is None:
+            return list(self.test_files)
+        return [t for t in self.test_files if Path(t).stem.removeprefix("test_") in parts]
+
+
+def _stubs(course_dir: Path) -> dict[str, bytes]:
+    solutions = course_dir / "solutions"
+    if solutions.is_dir():
+        plan = release.plan(solutions, Path("gqa_flash"))
+        stubs = {p.as_posix(): text.encode() for p, text in plan.items()}
+    else:  # a release without solutions: its graded files are the stubs
+        stubs = {}
+    for name in GRADED_FILES:
+        key = f"gqa_flash/{name}"
+        if key not in stubs and (course_dir / key).is_file():
+            stubs[key] = (course_dir / key).read_bytes()
+    return stubs
+
+
+def read_tree(root: Path, prefix: str) -> dict[str, bytes]:
+    """Every regular file under root (no caches, no links), keyed prefix/relative path."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if "__pycache__" in path.parts or path.is_symlink() or not path.is_file():
+            continue
+        if path.stat().st_size > MAX_EXTRA_BYTES:
+            raise ValueError(f"{path} is larger than {MAX_EXTRA_BYTES} bytes; extra tests should be small")
+        files[f"{prefix}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    return files
+
+
+def snapshot(course_dir: Path = COURSE_DIR, extra_tests: Path | None = None) -> Course:
+    """Read the course into memory: support modules, stubs, graded tests, and the extra tests if any."""
+    package = course_dir / "gqa_flash"
+    files = {
+        f"gqa_flash/{p.name}": p.read_bytes()
+        for p in sorted(package.glob("*.py"))
+        if p.name not in GRADED_FILES
+    }
+    files.update(_stubs(course_dir))
+    files["pyproject.toml"] = (course_dir / "pyproject.toml").read_bytes()
+    files["tests/conftest.py"] = (course_dir / "tests" / "conftest.py").read_bytes()
+    files.update(read_tree(course_dir / "tests" / "graded", "tests/graded"))
+    if extra_tests is not None:
+        if not Path(extra_tests).is_dir():
+            raise FileNotFoundError(f"--extra-tests: {extra_tests} is not a folder")
+        files.update(read_tree(Path(extra_tests), HIDDEN_DIR))
+    tests = [
+        k for k in files
+        if k.startswith(("tests/graded/", HIDDEN_DIR + "/")) and Path(k).name.startswith("test_") and k.endswith(".py")
+    ]
+    # The graded tests first, each in the order of the course's modules; then the extra ones.
+    order = {f"test_{m}.py": i for i, m in enumerate(impl.GRADED_MODULES)}
+    tests.sort(key=lambda k: (k.startswith(HIDDEN_DIR), order.get(Path(k).name, len(order)), k))
+    return Course(files=files, test_files=tuple(tests))
+
+
+def build(course: Course, dest: Path, submitted: dict[str, bytes]) -> None:
+    """Write a fresh copy of the course at dest, the submitted graded files in place of the stubs."""
+    remove(dest)
+    for rel, content in course.files.items():
+        _write(dest / rel, content)
+    for name, content in submitted.items():
+        if name not in course.graded_files:  # belt and braces: submission.read only returns these
+            raise ValueError(f"{name} is not a graded file")
+        _write(dest / "gqa_flash" / name, content)
+
+
+def remove(path: Path) -> None:
+    """Delete a copy, even one whose folders the submission made read-only."""
+    if not path.exists():
+        return
+    _unlock(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _unlock(folder) -> None:
+    try:
+        os.chmod(folder, 0o700)
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            _unlock(entry.path)
+
+
+def _write(path: Path, content: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+
+
+def tampered(course: Course, dest: Path) -> list[str]:
+    """Course files in the copy at dest that a run changed, deleted or added (graded files aside)."""
+    problems = []
+    for rel, content in course.files.items():
+        if Path(rel).parent.as_posix() == "gqa_flash" and Path(rel).name in course.graded_files:
+            continue
+        path = dest / rel
+        if not path.is_file():
+            problems.append(f"deleted {rel}")
+        elif hashlib.sha256(path.read_bytes()).digest() != hashlib.sha256(content).digest():
+            problems.append(f"changed {rel}")
+    for path in dest.rglob("*"):
+        rel = path.relative_to(dest).as_posix()
+        if "__pycache__" in path.parts or path.is_dir() or rel in course.files:
+            continue
+        if rel.startswith("gqa_flash/") and path.name in course.graded_files:
+            continue
+        problems.append(f"added {rel}")
+    return problems

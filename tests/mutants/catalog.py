@@ -1,0 +1,107 @@
+"""Classic student bugs, each a small edit of a solution file: the graded tests must catch every one.
+
+A mutant is a solution with one bug put in (a few edits of its text, each
+``old`` found exactly once). ``tests/test_mutants.py`` grades each mutant on
+the tests of the module it touches and asserts that it loses points there.
+
+A mutant that keeps all its points is a hole in the graded tests. It stays
+here with ``survives`` saying why, and its test is an expected failure, until
+a graded test catches it; then delete ``survives`` (the strict xfail turns
+into a failure to remind you).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str  # the solution file it edits (solutions/<file>)
+    edits: tuple[tuple[str, str], ...]  # (old, new), each old exactly once in the file
+    bug: str  # the student's mistake, in words
+    survives: str = ""  # why the graded tests miss it: a known hole
+
+    @property
+    def module(self) -> str:
+        return self.file.removesuffix(".py")
+
+    def apply(self, text: str) -> str:
+        for old, new in self.edits:
+            count = text.count(old)
+            if count != 1:
+                raise ValueError(f"mutant {self.name}: {old!r} occurs {count} times in {self.file}, not once")
+            text = text.replace(old, new)
+        return text
+
+
+def _m(name, file, bug, *edits, survives=""):
+    return Mutant(name=name, file=file, edits=tuple(edits), bug=bug, survives=survives)
+
+
+MUTANTS = [
+    # --- naive.py ---------------------------------------------------------------
+    _m("naive_kv_head_modulo", "naive.py", "kv head h % n_kv_heads instead of h // group_size",
+       ("torch.arange(n_q_heads, device=q.device) // group_size", "torch.arange(n_q_heads, device=q.device) % n_kv_heads")),
+    _m("naive_mask_off_by_one", "naive.py", "causal mask hides the diagonal too (triu(0))",
+       (".triu(diagonal=1)", ".triu(diagonal=0)")),
+    _m("naive_no_sm_scale", "naive.py", "forgets to multiply the scores by sm_scale",
+       ("(q32 @ k32.transpose(-1, -2)) * sm_scale", "(q32 @ k32.transpose(-1, -2))")),
+    # --- online_softmax.py --------------------------------------------------------
+    _m("softmax_max_never_updated", "online_softmax.py", "online softmax that never updates the running max",
+       ("m = torch.maximum(m_a, m_b)", "m = m_a")),
+    _m("softmax_no_rescale", "online_softmax.py", "merges the sums without rescaling them to the new max",
+       ("l = l_a * torch.exp(m_a - m_finite) + l_b * torch.exp(m_b - m_finite)", "l = l_a + l_b")),
+    _m("softmax_masked_block_nan", "online_softmax.py", "all -inf block: exp(-inf - -inf) = NaN",
+       ("l = torch.exp(x_block - m_finite[..., None]).sum(dim=-1)", "l = torch.exp(x_block - m[..., None]).sum(dim=-1)")),
+    _m("softmax_drops_ragged_tail", "online_softmax.py", "the loop skips the last, shorter block",
+       ("for start in range(0, n, block_size):", "for start in range(0, n - block_size + 1, block_size):")),
+    # --- tiled.py -----------------------------------------------------------------
+    _m("tiled_group_size_inverted", "tiled.py", "group size from the wrong division (Hkv // Hq)",
+       ("device=q.device) // (n_q_heads // n_kv_heads)", "device=q.device) // (n_kv_heads // n_q_heads)")),
+    _m("tiled_no_acc_rescale", "tiled.py", "acc is not rescaled when the max grows",
+       ("acc = alpha[..., None] * acc + p @ v_tile", "acc = acc + p @ v_tile")),
+    _m("tiled_no_l_rescale", "tiled.py", "l_i is not rescaled when the max grows",
+       ("l_i = alpha * l_i + p.sum(dim=-1)", "l_i = l_i + p.sum(dim=-1)")),
+    _m("tiled_mask_off_by_one", "tiled.py", "causal mask hides the diagonal (>= for >)",
+       ("future = k_idx[None, :] > q_idx[:, None]", "future = k_idx[None, :] >= q_idx[:, None]")),
+    _m("tiled_no_causal_mask", "tiled.py", "mask never applied: only the skipped tiles are causal",
+       ("if causal and k_idx[-1] > q_idx[0]:", "if False:")),
+    _m("tiled_lse_without_max", "tiled.py", "LSE = log(l_i), forgetting the max",
+       ("lse[:, :, q_start:q_end] = m_i + torch.log(l_i)", "lse[:, :, q_start:q_end] = torch.log(l_i)")),
+    _m("tiled_running_max_forgotten", "tiled.py",
+       "m_new is the tile's max, not max(m_i, tile max): NaN on a fully masked row, overflow when scores fall",
+       ("m_new = torch.maximum(m_i, s.amax(dim=-1))", "m_new = s.amax(dim=-1)")),
+    # --- forward.py ---------------------------------------------------------------
+    _m("forward_kv_head_modulo", "forward.py", "kv head q_head % N_KV_HEADS instead of q_head // group_size",
+       ("return q_head_idx // group_size", "return q_head_idx % N_KV_HEADS")),
+    _m("forward_group_size_inverted", "forward.py", "group size from the wrong division (Hkv // Hq)",
+       ("group_size = N_Q_HEADS // N_KV_HEADS", "group_size = N_KV_HEADS // N_Q_HEADS")),
+    _m("forward_no_acc_rescale", "forward.py", "acc is not rescaled when the max grows",
+       ("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot(")),
+    _m("forward_no_l_rescale", "forward.py", "l_i is not rescaled when the max grows",
+       ("l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i + tl.sum(p, 1)")),
+    _m("forward_rescale_new_max_only", "forward.py", "alpha = exp2(-m_new): rescales with the new max only",
+       ("alpha = tl.exp2(m_i - m_new)", "alpha = tl.exp2(-m_new)")),
+    _m("forward_exp_with_log2_scale", "forward.py", "exp instead of exp2, with log2(e) still folded into the scale",
+       ("alpha = tl.exp2(m_i - m_new)", "alpha = tl.exp(m_i - m_new)"),
+       ("p = tl.exp2(s - m_new[:, None])", "p = tl.exp(s - m_new[:, None])")),
+    _m("forward_mask_off_by_one", "forward.py", "causal mask hides the diagonal (< for <=)",
+       ("offs_n[None, :] <= offs_m[:, None]", "offs_n[None, :] < offs_m[:, None]")),
+    _m("forward_no_causal_mask", "forward.py", "the diagonal block is not masked: the causal mask only skips blocks",
+       ("visible = visible & (offs_n[None, :] <= offs_m[:, None])", "visible = visible")),
+    _m("forward_ragged_tail_unmasked", "forward.py", "padding keys past SEQ_LEN are not masked",
+       ("visible = offs_n[None, :] < SEQ_LEN", "visible = offs_n[None, :] >= 0")),
+    _m("forward_lse_base_2", "forward.py", "LSE left in base 2 (no * ln 2)",
+       ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log2(l_i)")),
+    _m("forward_lse_without_max", "forward.py", "LSE without the max",
+       ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = tl.log2(l_i) * 0.6931471805599453")),
+    _m("forward_no_sm_scale", "forward.py", "forgets sm_scale: only log2(e) in the score scale",
+       ("qk_scale = sm_scale * 1.4426950408889634", "qk_scale = 1.4426950408889634")),
+    _m("forward_divides_twice", "forward.py", "divides by l_i twice",
+       ("    o = acc / l_i[:, None]\n", "    o = acc / l_i[:, None] / l_i[:, None]\n")),
+    _m("forward_running_max_forgotten", "forward.py",
+       "m_new is the tile's max, not max(m_i, tile max): NaN on a fully masked row, overflow when scores fall",
+       ("m_new = tl.maximum(m_i, tl.max(s, 1))", "m_new = tl.max(s, 1)")),
+]

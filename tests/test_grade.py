@@ -1,0 +1,470 @@
+"""The grader survives any submission: each misbehaviour costs the points of what it broke, and nothing else.
+
+The misbehaving submissions are graded once, side by side (``graded``
+below), with short time limits (a hang costs a few seconds, not a minute);
+each test then reads its report. Several misbehaviours share a submission
+when they live in different modules: that also shows that one broken module
+does not sink the others.
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gqa_flash import grade, gradescope, release, sandbox, submission
+from gqa_flash.testrun import Limits
+
+COURSE = release.COURSE_DIR
+SOLUTIONS = COURSE / "solutions"
+# A test's own limit capped at 4 s (the graded tests take well under 1 s here),
+# and the watchdog's grace after it at 3 s.
+FAST = Limits(timeout_cap_s=4, grace_s=3)
+
+
+def solution(name: str) -> str:
+    return (SOLUTIONS / name).read_text()
+
+
+def patched(name: str, old: str, new: str) -> str:
+    text = solution(name)
+    assert text.count(old) == 1, f"{old!r} not found once in solutions/{name}"
+    return text.replace(old, new)
+
+
+# --- the misbehaving submissions --------------------------------------------------------
+
+# A hang that swallows pytest-timeout's exception: only the watchdog can stop it.
+STUBBORN_HANG = '''
+import time
+def naive_attention(q, k, v, causal=True, sm_scale=None):
+    while True:
+        try:
+            time.sleep(0.2)
+        except BaseException:
+            pass
+'''
+
+PLAIN_HANG = '''
+def naive_attention(q, k, v, causal=True, sm_scale=None):
+    while True:
+        pass
+'''
+
+SYNTAX_ERROR = "def block_state(x_block)\n    return x_block\n"
+
+EXITS_AT_IMPORT = "import os\nos._exit(3)\n"
+
+# Writes passing tests over the copy's graded tests, then looks for the solutions next to them.
+TAMPERS = '''
+from pathlib import Path
+course = Path(__file__).resolve().parent.parent
+for name in ("test_naive.py", "test_tiled.py"):
+    (course / "tests" / "graded" / name).write_text("def test_free_points():\\n    pass\\n")
+(course / "conftest.py").write_text("")
+exec((course / "solutions" / "naive.py").read_text())
+'''
+
+# The forward pass done by PyTorch, with no kernel at all.
+PYTORCH_FORWARD = '''
+import torch
+import torch.nn.functional as F
+
+def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = (q.float() @ k.float().transpose(-1, -2)) * sm_scale
+    if causal:
+        n = q.shape[2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    o = (torch.softmax(s, dim=-1) @ v.float()).to(q.dtype)
+    return (o, torch.logsumexp(s, dim=-1)) if return_lse else o
+'''
+
+# PyTorch again, but with elementwise products and sums (no matmul, no softmax), and a
+# do-nothing kernel launched for show: kernel_only does not see it (a known hole).
+SNEAKY_PYTORCH_FORWARD = '''
+import torch
+import triton
+
+@triton.jit
+def _touch(X):
+    pass
+
+def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
+    _touch[(1,)](q)
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1).float()
+    v = v.repeat_interleave(group, dim=1).float()
+    s = (q.float().unsqueeze(-2) * k.unsqueeze(-3)).sum(-1) * sm_scale
+    if causal:
+        n = q.shape[2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    p = (s - m).exp()
+    l = p.sum(-1, keepdim=True)
+    o = ((p / l).unsqueeze(-1) * v.unsqueeze(-3)).sum(-2).to(q.dtype)
+    return (o, (m + l.log()).squeeze(-1)) if return_lse else o
+'''
+
+
+def folder(root: Path, name: str, files: dict[str, str]) -> Path:
+    path = root / name
+    path.mkdir()
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    return path
+
+
+def traces_in_the_course() -> list[str]:
+    """What the misbehaving submissions would leave in the course itself, had the grader let them."""
+    found = [str(p) for p in (COURSE / "conftest.py", COURSE.parent / "evil.py") if p.exists()]
+    for path in (COURSE / "tests").rglob("test_*.py"):
+        if "test_free_points" in path.read_text() and path.name != "test_grade.py":
+            found.append(str(path))
+    return found
+
+
+def leftover_copies() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("gqa-flash-grade-*")}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every misbehaving submission, graded two at a time; {name: (report, submission folder)}."""
+    root = tmp_path_factory.mktemp("submissions")
+    segfault_on_one_row = patched(
+        "tiled.py", "    if sm_scale is None:\n",
+        "    if q.shape[2] == 1:  # a crash on the one-row case only\n"
+        "        import ctypes\n        ctypes.string_at(0)\n    if sm_scale is None:\n")
+    kernel_hang = patched(
+        "forward.py", "    return q_head_idx // group_size\n",
+        "    spin = q_head_idx\n    while spin >= 0:  # never ends\n        spin = spin + 1\n"
+        "    return q_head_idx // group_size\n")
+    noisy_naive = "print('x' * 5_000_000)\n" + patched(
+        "naive.py", "    q32, k32, v32 = q.float(), k.float(), v.float()\n",
+        "    q32, k32, v32 = q.float(), k.float(), v.float()\n    print('y' * 1_000_000)\n")
+
+    zipped = root / "zipped.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("alice/hw3/naive.py", solution("naive.py"))
+        z.writestr("../naive.py", PLAIN_HANG)  # zip slip: skipped
+        z.writestr("alice/../../evil.py", "raise SystemExit")
+        z.writestr("/etc/forward.py", PYTORCH_FORWARD)
+        z.writestr("__MACOSX/alice/._naive.py", "\x00\x01")
+        z.writestr("alice/Tiled.py", solution("tiled.py"))
+
+    jobs = {
+        # One broken module per part, and one good one: the good one keeps its 40 points.
+        "broken_parts": (folder(root, "broken_parts", {
+            "naive.py": STUBBORN_HANG,
+            "online_softmax.py": SYNTAX_ERROR,
+            "tiled.py": "import module_that_does_not_exist\n" + solution("tiled.py"),
+            "forward.py": solution("forward.py"),
+        }), None, Limits(timeout_cap_s=4, grace_s=3, strikes=1)),
+        "crashes": (folder(root, "crashes", {
+            "naive.py": noisy_naive,
+            "online_softmax.py": EXITS_AT_IMPORT,
+            "tiled.py": segfault_on_one_row,
+            "forward.py": kernel_hang,
+        }), None, FAST),
+        "cheats": (folder(root, "cheats", {
+            "naive.py": TAMPERS,
+            "online_softmax.py": solution("online_softmax.py"),
+            "forward.py": PYTORCH_FORWARD,
+        }), None, FAST),
+        "zipped": (zipped, {"naive", "tiled"}, FAST),
+        "deadline": (folder(root, "deadline", {"naive.py": PLAIN_HANG}), {"naive"},
+                     Limits(timeout_cap_s=60, submission_s=12)),
+        "sneaky": (folder(root, "sneaky", {"forward.py": SNEAKY_PYTORCH_FORWARD}), {"forward"}, FAST),
+    }
+    copies_before = leftover_copies()
+    course = sandbox.snapshot()
+
+    def run(item):
+        name, (src, only, limits) = item
+        return name, (grade.grade(src, course=course, only=only, limits=limits), src)
+
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        reports = dict(pool.map(run, jobs.items()))
+    reports["_traces"] = traces_in_the_course()
+    reports["_new_copies_left"] = leftover_copies() - copies_before
+    return reports
+
+
+def points(report, part):
+    return report.part_score(part)[0]
+
+
+def messages(report, part):
+    return {t.message for t in report.tests if t.part == part and not t.passed}
+
+
+# --- one broken module costs that module only ----------------------------------------
+
+
+def test_a_broken_module_does_not_cost_the_others(graded):
+    report, _ = graded["broken_parts"]
+    assert points(report, "forward") == 40, grade.table(report)
+    assert report.score == 40, grade.table(report)
+
+
+def test_a_hang_that_ignores_its_timeout_is_killed(graded):
+    report, _ = graded["broken_parts"]
+    (first, *rest) = [t for t in report.tests if t.part == "naive"]
+    assert "killed" in first.message and "4 s limit" in first.message, first.message
+    assert all("not run: naive already hung or crashed" in t.message for t in rest), grade.table(report)
+
+
+def test_a_syntax_error_is_reported_with_its_line(graded):
+    report, _ = graded["broken_parts"]
+    assert messages(report, "online_softmax") == {"SyntaxError in online_softmax.py, line 1: expected ':'"}
+    assert any("online_softmax.py, line 1: SyntaxError" in n for n in report.notes), report.notes
+
+
+def test_an_import_of_a_missing_module_fails_that_module(graded):
+    report, _ = graded["broken_parts"]
+    assert points(report, "tiled") == 0
+    (message,) = messages(report, "tiled")
+    assert "No module named 'module_that_does_not_exist'" in message and "tiled.py, line 1" in message
+
+
+# --- crashes, hangs in a kernel, megabytes of output ------------------------------------
+
+
+def test_printing_megabytes_costs_nothing(graded):
+    report, _ = graded["crashes"]
+    assert points(report, "naive") == 20, grade.table(report)
+
+
+def test_os_exit_at_import_fails_that_module_after_two_strikes(graded):
+    report, _ = graded["crashes"]
+    tests = [t for t in report.tests if t.part == "online_softmax"]
+    assert points(report, "online_softmax") == 0
+    assert "exit code 3" in tests[0].message and "os._exit" in tests[0].message, tests[0].message
+    assert "exit code 3" in tests[1].message
+    assert all("not run" in t.message for t in tests[2:]), grade.table(report)
+
+
+def test_a_segfault_costs_only_the_case_that_crashed(graded):
+    report, _ = graded["crashes"]
+    (crashed,) = [t for t in report.tests if t.part == "tiled" and not t.passed]
+    assert crashed.name == "test_tiled_ragged_tiles[1-4-4-True]"
+    assert "SIGSEGV" in crashed.message
+    assert points(report, "tiled") == 24
+
+
+def test_an_endless_loop_in_a_kernel_times_out(graded):
+    report, _ = graded["crashes"]
+    tests = [t for t in report.tests if t.part == "forward"]
+    assert points(report, "forward") == 0
+    assert tests[0].message.startswith("timed out after 4 s"), tests[0].message
+    assert "not run: forward already hung or crashed 2 times" in tests[-1].message
+
+
+def test_the_submission_time_limit_stops_everything(graded):
+    report, _ = graded["deadline"]
+    assert report.score == 0 and len(report.tests) == 8
+    assert any("used up its 12 s" in t.message or "12 s were up" in t.message for t in report.tests), grade.table(report)
+    assert report.seconds < 40
+
+
+# --- cheating --------------------------------------------------------------------------
+
+
+def test_writing_over_the_tests_earns_nothing_and_is_reported(graded):
+    report, _ = graded["cheats"]
+    assert points(report, "naive") == 0 and points(report, "tiled") == 0, grade.table(report)
+    assert points(report, "online_softmax") == 15
+    tampering = " ".join(report.notes)
+    assert "changed tests/graded/test_naive.py" in tampering and "added conftest.py" in tampering, report.notes
+    assert sum("modified the course copy" in n for n in report.notes) == 1, report.notes
+
+
+def test_the_copy_holds_no_solutions(graded):
+    report, _ = graded["cheats"]
+    (message,) = messages(report, "naive")
+    assert "FileNotFoundError" in message and "solutions/naive.py" in message, message
+    assert not any(path.startswith("solutions/") for path in sandbox.snapshot().files)
+
+
+def test_a_pytorch_forward_loses_all_the_forward_points(graded):
+    report, _ = graded["cheats"]
+    assert points(report, "forward") == 0
+    assert any("must compute attention in the Triton kernel" in m for m in messages(report, "forward"))
+
+
+@pytest.mark.xfail(strict=True, reason="hole in the graded tests: kernel_only forbids matmul/softmax/SDPA, not "
+                                       "elementwise products and sums, and any Triton launch counts")
+def test_a_pytorch_forward_without_matmul_loses_the_forward_points(graded):
+    report, _ = graded["sneaky"]
+    assert points(report, "forward") == 0, grade.table(report)
+
+
+def test_nothing_is_written_outside_the_copy(graded):
+    assert not graded["_traces"], f"grading changed the course's own files: {graded['_traces']}"
+    assert not graded["_new_copies_left"], f"temporary copies left behind: {graded['_new_copies_left']}"
+    _, src = graded["cheats"]
+    assert sorted(p.name for p in src.iterdir()) == ["forward.py", "naive.py", "online_softmax.py"]
+
+
+# --- zips ------------------------------------------------------------------------------
+
+
+def test_a_zip_is_graded_from_its_nested_folder_and_its_slips_are_skipped(graded):
+    report, src = graded["zipped"]
+    assert points(report, "naive") == 20 and points(report, "tiled") == 0, grade.table(report)
+    notes = "\n".join(report.notes)
+    for member in ("../naive.py", "alice/../../evil.py", "/etc/forward.py"):
+        assert f"skipped zip member {member!r}" in notes, notes
+    assert "ignored alice/Tiled.py: not a graded file name (did you mean tiled.py?)" in notes
+    assert not (src.parent.parent / "evil.py").exists() and not (src.parent.parent / "naive.py").exists()
+
+
+# --- reading submissions (no test run) -----------------------------------------------------
+
+
+def test_an_empty_submission_says_what_it_expected(tmp_path):
+    sub = submission.read(tmp_path)
+    assert sub.files == {}
+    assert any("no graded file found (expected naive.py" in n for n in sub.notes), sub.notes
+
+
+def test_the_shallowest_copy_wins_and_links_are_refused(tmp_path):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "naive.py").write_text("old = 1\n")
+    (tmp_path / "naive.py").write_text("new = 1\n")
+    (tmp_path / "forward.py").symlink_to(SOLUTIONS / "forward.py")
+    (tmp_path / "forward (1).py").write_text("x = 1\n")
+    sub = submission.read(tmp_path)
+    assert sub.files == {"naive.py": b"new = 1\n"}
+    notes = "\n".join(sub.notes)
+    assert "found 2 copies of naive.py: graded naive.py, ignored old/naive.py" in notes
+    assert "skipped forward.py: a symbolic link" in notes
+    assert "ignored forward (1).py: not a graded file name (did you mean forward.py?)" in notes
+
+
+def test_unusual_imports_are_flagged_for_review(tmp_path):
+    (tmp_path / "naive.py").write_text("import torch\nimport ctypes\nfrom gqa_flash.reference import reference_attention\n")
+    notes = submission.read(tmp_path).notes
+    assert any(n.startswith("review: naive.py imports ctypes, gqa_flash.reference") for n in notes), notes
+
+
+def test_not_a_submission(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    assert "is not a folder, a .zip or a .py file" in submission.read(tmp_path / "notes.txt").notes[0]
+    assert "does not exist" in submission.read(tmp_path / "missing").notes[0]
+    (tmp_path / "broken.zip").write_bytes(b"not a zip")
+    assert "is not a readable zip file" in submission.read(tmp_path / "broken.zip").notes[0]
+
+
+def test_the_snapshot_holds_stubs_and_tests_but_no_solution():
+    course = sandbox.snapshot()
+    for path, text in release.plan(SOLUTIONS, Path("gqa_flash")).items():
+        assert course.files[path.as_posix()] == text.encode()
+    assert "tests/graded/test_forward.py" in course.files and "pyproject.toml" in course.files
+    assert not any(k.startswith("solutions") for k in course.files)
+    assert [Path(t).name for t in course.test_files] == [
+        "test_naive.py", "test_online_softmax.py", "test_tiled.py", "test_forward.py"]
+
+
+# --- results: Gradescope's json, the table, the CSV of a batch ---------------------------------
+
+
+def test_results_json_follows_gradescopes_format(graded):
+    report, _ = graded["broken_parts"]
+    results = gradescope.results_json(report)
+    assert results["score"] == 40 and isinstance(results["execution_time"], int)
+    assert sum(t["max_score"] for t in results["tests"]) == pytest.approx(100)
+    for t in results["tests"]:
+        assert set(t) == {"name", "score", "max_score", "status", "output", "visibility"}
+        assert t["status"] in ("passed", "failed") and t["visibility"] == "visible"
+    shared = [t for t in results["tests"] if "test_forward_ragged_seq_len[" in t["name"]]
+    assert len(shared) == 5 and all(t["max_score"] == 1 for t in shared)  # 5 points over 5 cases
+    assert "forward.py: 40 / 40" in results["output"]
+    json.dumps(results)
+
+
+def test_the_table_names_each_part_and_its_verdict(graded):
+    report, _ = graded["broken_parts"]
+    text = grade.table(report)
+    assert "forward.py" in text and "40 / 40" in text and "passed (22 tests)" in text
+    assert "all 8 tests: SyntaxError in online_softmax.py, line 1" in text
+
+
+def test_a_batch_writes_a_row_as_each_finishes_and_resumes(tmp_path, capsys):
+    subs = [folder(tmp_path, "good", {"naive.py": solution("naive.py")}),
+            folder(tmp_path, "empty", {}),
+            folder(tmp_path, "hangs", {"naive.py": PLAIN_HANG})]
+    out, book = tmp_path / "results", tmp_path / "grades.csv"
+    args = [*map(str, subs), "--only", "naive", "--csv", str(book), "--out", str(out), "--jobs", "2",
+            "--test-timeout-cap", "3"]
+    assert grade.main(args) == 0
+    rows = {r["submission"]: r for r in csv.DictReader(book.open())}
+    assert {Path(s).name: rows[s]["score"] for s in rows} == {"good": "20", "empty": "0", "hangs": "0"}
+    assert list(rows[str(subs[0])]) == ["submission", "score", "max_score", "naive", "seconds", "notes"]
+    assert json.loads((out / "good.json").read_text())["score"] == 20
+    assert sorted(p.name for p in out.iterdir()) == ["empty.json", "good.json", "hangs.json"]
+    # Run again, one more submission: only that one is graded.
+    more = folder(tmp_path, "more", {"naive.py": solution("naive.py")})
+    assert grade.main([*args[:3], str(more), *args[3:]]) == 0
+    assert "skipping 3 submission(s) already in" in capsys.readouterr().err
+    assert len(list(csv.DictReader(book.open()))) == 4
+
+
+# --- the Gradescope bundle ----------------------------------------------------------------------
+
+HIDDEN_TEST = '''
+import pytest
+import torch
+import gqa_flash
+
+
+@pytest.mark.points(5)
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("n", [3, 70])
+def test_naive_long_and_short(n):
+    q = torch.randn(1, 2, n, 16)
+    out = gqa_flash.naive_attention(q, q, q)
+    ref, _ = gqa_flash.reference_attention(q, q, q)
+    assert torch.allclose(out.double(), ref, atol=1e-4)
+'''
+
+
+def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_path):
+    hidden = folder(tmp_path, "hidden", {"test_hidden_naive.py": HIDDEN_TEST})
+    bundle = tmp_path / "autograder.zip"
+    assert grade.main(["--gradescope-bundle", str(bundle), "--extra-tests", str(hidden)]) == 0
+
+    root = tmp_path / "autograder"  # stands in for /autograder
+    with zipfile.ZipFile(bundle) as z:
+        names = z.namelist()
+        assert {"setup.sh", "run_autograder", "requirements.txt", "gqa_flash/grade.py",
+                "tests/graded/test_forward.py", "hidden_tests/test_hidden_naive.py"} <= set(names)
+        assert not any(n.startswith("solutions") for n in names)
+        for name in release.plan(SOLUTIONS, Path("gqa_flash")):  # the stubs, never the solutions
+            assert z.read(name.as_posix()).decode() == release.plan(SOLUTIONS, Path("gqa_flash"))[name]
+        assert z.getinfo("run_autograder").external_attr >> 16 & 0o111
+        z.extractall(root / "source")
+    assert "download.pytorch.org/whl/cpu" in (root / "source" / "setup.sh").read_text()
+    folder(root, "submission", {"naive.py": solution("naive.py"), "tiled.py": solution("tiled.py")})
+
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), GQA_FLASH_PYTHON=sys.executable)
+    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 20 + 25 + 5, results["output"]
+    hidden_tests = [t for t in results["tests"] if t["visibility"] == "after_due_date"]
+    assert len(hidden_tests) == 2 and all(t["status"] == "passed" for t in hidden_tests)
+    assert all(t["max_score"] == 2.5 for t in hidden_tests)
+    assert sorted(p.name for p in root.iterdir()) == ["results", "source", "submission"]

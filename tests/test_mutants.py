@@ -1,0 +1,89 @@
+"""The graded tests bite: every classic student bug in tests/mutants/catalog.py costs points.
+
+Each mutant is a solution file with one bug in it. It is graded like a
+submission, on the tests of the module it touches only (the other modules
+would just add their startup time), several at a time; the solutions,
+graded in full alongside, must score 100.
+
+A mutant that keeps all its points is a hole in the graded tests: the
+catalog marks it ``survives`` (why), and its test here is a strict expected
+failure until a graded test catches it.
+"""
+
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gqa_flash import grade, release, sandbox
+
+sys.path.insert(0, str(Path(__file__).parent))
+from mutants.catalog import MUTANTS  # noqa: E402
+
+SOLUTIONS = release.COURSE_DIR / "solutions"
+
+
+def test_each_mutant_is_a_small_edit_of_a_solution():
+    names = [m.name for m in MUTANTS]
+    assert len(names) == len(set(names)), "two mutants share a name"
+    for m in MUTANTS:
+        original = (SOLUTIONS / m.file).read_text()
+        mutated = m.apply(original)  # raises unless each edit's old text occurs exactly once
+        assert mutated != original, m.name
+        compile(mutated, m.file, "exec")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """{mutant name or 'solutions': report}, graded os.cpu_count() at a time."""
+    root = tmp_path_factory.mktemp("mutants")
+    course = sandbox.snapshot()
+    solutions = root / "solutions"
+    solutions.mkdir()
+    for path in SOLUTIONS.glob("*.py"):
+        (solutions / path.name).write_text(path.read_text())
+    jobs = [("solutions", solutions, None)]
+    for m in MUTANTS:
+        folder = root / m.name
+        folder.mkdir()
+        (folder / m.file).write_text(m.apply((SOLUTIONS / m.file).read_text()))
+        jobs.append((m.name, folder, {m.module}))
+
+    def run(job):
+        name, src, only = job
+        return name, grade.grade(src, course=course, only=only)
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        reports = dict(pool.map(run, jobs))
+    print(f"\ngraded {len(MUTANTS)} mutants and the solutions in {time.monotonic() - start:.0f} s")
+    print(f"{'mutant':<34}{'module':<16}{'points lost':>12}  first failure")
+    for m in MUTANTS:
+        r = reports[m.name]
+        first = next((t.message for t in r.tests if not t.passed), "")
+        print(f"{m.name:<34}{m.module:<16}{r.max_score - r.score:>6.2f} / {r.max_score:<4.0f} {first[:70]}")
+    return reports
+
+
+@pytest.mark.timeout(900)
+def test_the_solutions_score_100(graded):
+    report = graded["solutions"]
+    assert report.score == pytest.approx(100) and report.max_score == pytest.approx(100), grade.table(report)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "mutant",
+    [pytest.param(m, id=m.name, marks=[pytest.mark.xfail(strict=True, reason=m.survives)] if m.survives else [])
+     for m in MUTANTS],
+)
+def test_the_mutant_loses_points_in_the_module_it_touches(graded, mutant):
+    report = graded[mutant.name]
+    assert {t.part for t in report.tests} == {mutant.module}, grade.table(report)
+    assert report.max_score > 0, grade.table(report)
+    assert report.score < report.max_score, (
+        f"mutant {mutant.name} ({mutant.bug}) keeps all {report.max_score:g} points of {mutant.file}: "
+        f"no graded test catches it\n{grade.table(report)}")
