@@ -11,6 +11,8 @@ The public API dispatches to the graded modules chosen by
 
 from gqa_flash import runtime  # first: sets TRITON_INTERPRET when there is no GPU
 from gqa_flash.api import (
+    flash_attention,
+    flash_attention_backward,
     fast_attention_forward,
     flash_attention_forward,
     merge_softmax_states,
@@ -18,7 +20,7 @@ from gqa_flash.api import (
     online_softmax,
     tiled_attention,
 )
-from gqa_flash.reference import reference_attention
+from gqa_flash.reference import reference_attention, reference_gradients
 from gqa_flash.runtime import describe
 
 __all__ = [
@@ -28,7 +30,10 @@ __all__ = [
     "tiled_attention",
     "flash_attention_forward",
     "fast_attention_forward",
+    "flash_attention",
+    "flash_attention_backward",
     "reference_attention",
+    "reference_gradients",
     "describe",
     "runtime",
 ]

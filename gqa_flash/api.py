@@ -95,3 +95,33 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     if _is_empty(q):
         return _empty_result(q, return_lse)
     return fast_forward.fast_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
+
+
+def flash_attention(q, k, v, causal=True, sm_scale=None):
+    """Differentiable FlashAttention with GQA: the forward kernel (``forward.py``) and the
+    backward kernels (``backward.py``, bonus) as one autograd op."""
+    from gqa_flash.autograd import FlashAttentionFunction
+
+    validation.check_attention_inputs(q, k, v, causal)
+    validation.check_kernel_inputs(q, k, v)
+    sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
+    if _is_empty(q):
+        return _empty_result(q, False)
+    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale)
+
+
+def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
+    """dQ, dK, dV from the backward kernels (``backward.py``, bonus)."""
+    validation.check_attention_inputs(q, k, v, causal)
+    validation.check_kernel_inputs(q, k, v)
+    for name, t in (("o", o), ("do", do)):
+        validation.check_tensor(name, t, ndim=4)
+        if t.shape != q.shape:
+            raise ValueError(f"{name} must have q's shape {list(q.shape)}; got {list(t.shape)}")
+    validation.check_tensor("lse", lse, ndim=3)
+    if lse.shape != q.shape[:3]:
+        raise ValueError(f"lse must be [batch, q_heads, seq] = {list(q.shape[:3])}; got {list(lse.shape)}")
+    sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
+    if _is_empty(q):
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    return impl.load("backward").flash_attention_backward(q, k, v, o, lse, do, causal=causal, sm_scale=sm_scale)

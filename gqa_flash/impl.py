@@ -20,7 +20,7 @@ from types import ModuleType
 
 from gqa_flash import runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel is defined)
 
-GRADED_MODULES = ("naive", "online_softmax", "tiled", "forward")
+GRADED_MODULES = ("naive", "online_softmax", "tiled", "forward", "backward")
 CHOICES = ("student", "solutions")
 
 PACKAGE_DIR = Path(__file__).resolve().parent

@@ -39,3 +39,23 @@ def reference_attention(q, k, v, causal: bool = True, sm_scale: float | None = N
 def reference_softmax(x, dim: int = -1):
     """Softmax in float64 on the CPU."""
     return torch.softmax(x.detach().to("cpu", torch.float64), dim=dim)
+
+
+def reference_gradients(q, k, v, do, causal: bool = True, sm_scale: float | None = None):
+    """dQ, dK, dV of ``sum(O * do)`` in float64 by autograd, on the CPU.
+
+    Indexing K and V by query head (as :func:`reference_attention` does) makes
+    autograd sum each KV head's gradient over its group, which is the GQA rule.
+    """
+    q64, k64, v64 = (t.detach().to("cpu", torch.float64).requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        n_q_heads, n_kv_heads = q64.shape[1], k64.shape[1]
+        kv_head_of = torch.arange(n_q_heads) // (n_q_heads // n_kv_heads)
+        scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q64.shape[-1])
+        scores = (q64 @ k64[:, kv_head_of].transpose(-1, -2)) * scale
+        if causal:
+            n = q64.shape[2]
+            scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v64[:, kv_head_of]
+        dq, dk, dv = torch.autograd.grad(out, (q64, k64, v64), do.detach().to("cpu", torch.float64))
+    return dq, dk, dv

@@ -5,6 +5,7 @@ from pathlib import Path
 
 GRADED = Path(__file__).parent / "graded"
 REQUIRED = {"test_naive.py", "test_online_softmax.py", "test_tiled.py", "test_forward.py"}
+BONUS = {"test_backward.py"}
 
 
 def _marks(func):
@@ -30,3 +31,13 @@ def test_every_graded_test_has_points_and_a_timeout():
 def test_required_modules_are_worth_100_points():
     total = sum(m.get("points", 0) for f, _, m in graded_tests() if f in REQUIRED)
     assert total == 100, f"the required graded tests are worth {total} points, not 100"
+
+
+def test_bonus_is_worth_20_points():
+    total = sum(m.get("points", 0) for f, _, m in graded_tests() if f in BONUS)
+    assert total == 20, f"the bonus graded tests are worth {total} points, not 20"
+
+
+def test_every_graded_file_is_required_or_bonus():
+    files = {f for f, _, _ in graded_tests()}
+    assert files <= REQUIRED | BONUS, f"graded test files neither required nor bonus: {files - REQUIRED - BONUS}"

@@ -1,0 +1,30 @@
+"""A differentiable FlashAttention: the forward kernel plus the backward kernels, as one autograd op.
+
+``flash_attention(q, k, v)`` behaves like ``F.scaled_dot_product_attention(q, k, v,
+is_causal=True, enable_gqa=True)``: use it in a model, call ``loss.backward()``.
+The forward saves O and the LSE (O(N) memory); the backward recomputes the
+attention probabilities from them tile by tile (``backward.py``).
+"""
+
+import torch
+
+from gqa_flash import impl
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):
+        o, lse = impl.load("forward").flash_attention_forward(
+            q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True
+        )
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = impl.load("backward").flash_attention_backward(
+            q, k, v, o, lse, do, causal=ctx.causal, sm_scale=ctx.sm_scale
+        )
+        return dq, dk, dv, None, None

@@ -1,0 +1,80 @@
+"""Bonus: backward.py, the backward kernels with GQA (20 bonus points, beyond the 100).
+
+Gradients of sum(O * dO) through gqa_flash.flash_attention (the forward kernel
+plus the backward kernels) against float64 autograd of the reference. Needs a
+working forward.py too.
+"""
+
+import pytest
+import torch
+
+import gqa_flash
+from gqa_flash.reference import reference_gradients
+from gqa_flash.testing import random_qkv
+
+# Relative error in the Frobenius norm: fp32 products are exact to ~1e-7; fp16
+# rounds P and dS before each product. The absolute floor (per entry, RMS) is
+# for gradients that are exactly zero, as with a single key (N = 1).
+GRAD_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2}
+ABS_FLOOR = {torch.float32: 1e-6, torch.float16: 1e-4}
+
+
+def check(seed, causal=True, dtype=torch.float32, **shape):
+    q, k, v = (t.requires_grad_(True) for t in random_qkv(dtype=dtype, seed=seed, **shape))
+    gen = torch.Generator().manual_seed(seed + 1)
+    do = torch.randn(q.shape, generator=gen).to(device=q.device, dtype=dtype)
+    gqa_flash.flash_attention(q, k, v, causal=causal).backward(do)
+    ref = reference_gradients(q, k, v, do, causal=causal)
+    ctx = f"seed {seed}, shape {list(q.shape)} with {k.shape[1]} KV heads, causal={causal}, {str(dtype)[6:]}"
+    for name, t, r in zip(("dQ", "dK", "dV"), (q, k, v), ref):
+        assert t.grad is not None and t.grad.shape == t.shape, f"{name} missing or of the wrong shape; {ctx}"
+        err = (t.grad.double().cpu() - r).norm().item()
+        scale = max(r.norm().item(), 1e-12)
+        assert err <= GRAD_TOLERANCE[dtype] * scale + ABS_FLOOR[dtype] * r.numel() ** 0.5, (
+            f"{name}: relative error {err / scale:.2e} (tolerance {GRAD_TOLERANCE[dtype]:.0e}); "
+            f"first wrong at {_first_wrong(t.grad, r, dtype)}; {ctx}"
+        )
+
+
+def _first_wrong(got, ref, dtype):
+    err = (got.double().cpu() - ref).abs()
+    bad = ~(err <= GRAD_TOLERANCE[dtype] * (ref.abs() + ref.abs().mean()))
+    if not bad.any():
+        return "no single entry (the error is spread out)"
+    b, h, n, d = (int(i) for i in bad.nonzero()[0])
+    return f"batch {b}, head {h}, row {n}, col {d} (got {float(got[b, h, n, d]):.4g}, expected {float(ref[b, h, n, d]):.4g})"
+
+
+@pytest.mark.points(4)
+@pytest.mark.timeout(180)
+def test_backward_causal_mha(seed):
+    check(seed, causal=True, batch=1, n_q_heads=2, n_kv_heads=2, seq_len=48, head_dim=16)
+
+
+@pytest.mark.points(5)
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("n_q_heads,n_kv_heads", [(4, 2), (4, 1)])
+def test_backward_gqa_sums_over_the_group(seed, n_q_heads, n_kv_heads):
+    # dK and dV of a KV head are the sum over every query head that reads it.
+    check(seed, causal=True, batch=1, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=32, head_dim=16)
+
+
+@pytest.mark.points(3)
+@pytest.mark.timeout(180)
+def test_backward_non_causal(seed):
+    check(seed, causal=False, batch=2, n_q_heads=2, n_kv_heads=1, seq_len=40, head_dim=16)
+
+
+@pytest.mark.points(4)
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("seq_len,causal", [(1, True), (21, True), (45, False)])
+def test_backward_ragged_seq_len(seed, seq_len, causal):
+    check(seed, causal=causal, batch=1, n_q_heads=2, n_kv_heads=1, seq_len=seq_len, head_dim=16)
+
+
+@pytest.mark.points(4)
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("head_dim,layout", [(32, "contiguous"), (80, "contiguous")])
+def test_backward_fp16_and_head_dims(seed, head_dim, layout):
+    check(seed, causal=True, dtype=torch.float16, batch=1, n_q_heads=4, n_kv_heads=2, seq_len=33,
+          head_dim=head_dim)
