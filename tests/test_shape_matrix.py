@@ -51,3 +51,23 @@ def test_every_implementation_matches_reference(case, seed):
     assert_matches("tiled O", o, ref, dtype, ctx)
     assert_lse_matches(lse, ref_lse, ctx)
     assert_matches("naive O", gqa_flash.naive_attention(q.cpu(), k.cpu(), v.cpu(), causal=causal), ref, dtype, ctx)
+
+
+# The backward kernels: a smaller sample (they are slower in the interpreter).
+GRAD_CASES = random.Random(2027).sample(
+    [c for c in _ALL if c[1] <= 64 and c[2] <= 96 and c[6] == 1], 12
+)
+GRAD_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", GRAD_CASES, ids=[_id(c) for c in GRAD_CASES])
+def test_gradients_match_float64_autograd(case, seed):
+    (hq, hkv), n, d, dtype, layout, causal, b = case
+    q, k, v = (t.requires_grad_(True) for t in random_qkv(b, hq, hkv, n, d, dtype=dtype, layout=layout, seed=seed))
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q.device, dtype)
+    gqa_flash.flash_attention(q, k, v, causal=causal).backward(do)
+    for name, t, ref in zip("QKV", (q, k, v), gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
+        err = (t.grad.double().cpu() - ref).norm().item()
+        bound = GRAD_TOLERANCE[dtype] * ref.norm().item() + 1e-4 * ref.numel() ** 0.5 * (dtype == torch.float16)
+        assert err <= bound + 1e-6 * ref.numel() ** 0.5, f"d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"

@@ -1,0 +1,30 @@
+"""The backward kernels on a GPU: bf16, fp16, fp32, long sequences, against float64 autograd."""
+
+import pytest
+import torch
+
+import gqa_flash
+from gqa_flash.testing import random_qkv
+
+pytestmark = pytest.mark.gpu
+
+CASES = [
+    # (batch, Hq, Hkv, N, D, dtype, causal, relative tolerance)
+    (1, 8, 2, 1024, 128, torch.bfloat16, True, 3e-2),
+    (1, 8, 2, 1023, 64, torch.float16, True, 1e-2),
+    (1, 4, 1, 777, 96, torch.float16, False, 1e-2),
+    (1, 4, 2, 512, 64, torch.float32, True, 1e-4),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", CASES, ids=[f"h{c[1]}:{c[2]}-n{c[3]}-d{c[4]}-{str(c[5])[6:]}" for c in CASES])
+def test_gradients_on_gpu(case, seed):
+    b, hq, hkv, n, d, dtype, causal, tol = case
+    q, k, v = (t.requires_grad_(True) for t in random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda"))
+    do = torch.randn(q.shape, device="cuda", dtype=dtype)
+    gqa_flash.flash_attention(q, k, v, causal=causal).backward(do)
+    for name, t, ref in zip("QKV", (q, k, v), gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
+        rel = ((t.grad.double().cpu() - ref).norm() / ref.norm()).item()
+        print(f"\n{case[:7]} d{name}: relative error {rel:.2e}")
+        assert rel <= tol
