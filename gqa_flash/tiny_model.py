@@ -1,0 +1,112 @@
+"""A tiny GQA transformer and a task it learns in a few dozen steps: sorting digits.
+
+Notebook 06 trains it twice from the same start on the same batches, once with
+the course's attention (``gqa_flash.flash_attention``: the forward and backward
+kernels) and once with PyTorch's ``scaled_dot_product_attention``. If the
+kernels' gradients are right, the two loss curves lie on top of each other.
+
+The task needs no download: a sequence is ``L`` random digits, a separator,
+then the same digits sorted. The model is a causal language model; the loss
+counts only the sorted half, which it can only predict by attending back to
+the unsorted half.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SEPARATOR = 10  # tokens 0..9 are digits
+VOCAB = 11
+
+
+def sorting_batch(batch: int, digits: int, generator: torch.Generator, device="cpu"):
+    """Inputs and targets for next-token prediction; targets are -100 (ignored) outside the sorted half."""
+    x = torch.randint(0, 10, (batch, digits), generator=generator)
+    seq = torch.cat([x, torch.full((batch, 1), SEPARATOR), x.sort(dim=1).values], dim=1)
+    inputs, targets = seq[:, :-1].clone(), seq[:, 1:].clone()
+    targets[:, : digits] = -100  # predict only after the separator
+    return inputs.to(device), targets.to(device)
+
+
+def sdpa_attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def course_attention(q, k, v):
+    import gqa_flash
+
+    return gqa_flash.flash_attention(q, k, v, causal=True)
+
+
+@dataclass
+class Config:
+    dim: int = 64
+    q_heads: int = 4
+    kv_heads: int = 2  # GQA: two query heads per KV head
+    layers: int = 2
+    max_len: int = 64
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Config, attention):
+        super().__init__()
+        self.cfg, self.attention = cfg, attention
+        self.head_dim = cfg.dim // cfg.q_heads
+        self.norm1, self.norm2 = nn.LayerNorm(cfg.dim), nn.LayerNorm(cfg.dim)
+        # One projection for Q (q_heads) and K, V (kv_heads each): GQA's saving is here.
+        self.qkv = nn.Linear(cfg.dim, (cfg.q_heads + 2 * cfg.kv_heads) * self.head_dim, bias=False)
+        self.out = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(cfg.dim, 4 * cfg.dim), nn.GELU(), nn.Linear(4 * cfg.dim, cfg.dim))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        hd, hq, hkv = self.head_dim, self.cfg.q_heads, self.cfg.kv_heads
+        q, k, v = self.qkv(self.norm1(x)).split([hq * hd, hkv * hd, hkv * hd], dim=-1)
+        # [B, N, H*D] -> [B, H, N, D]: a transposed view, strides and all (the kernels take any strides).
+        q, k, v = (t.view(b, n, -1, hd).transpose(1, 2) for t in (q, k, v))
+        a = self.attention(q, k, v).transpose(1, 2).reshape(b, n, hq * hd)
+        x = x + self.out(a)
+        return x + self.mlp(self.norm2(x))
+
+
+class TinyGQATransformer(nn.Module):
+    def __init__(self, cfg: Config, attention):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, cfg.dim)
+        self.pos = nn.Parameter(torch.randn(cfg.max_len, cfg.dim) / math.sqrt(cfg.dim))
+        self.blocks = nn.ModuleList(Block(cfg, attention) for _ in range(cfg.layers))
+        self.norm = nn.LayerNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, VOCAB, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def train(attention, steps=40, batch=16, digits=8, lr=3e-3, seed=0, device="cpu", dtype=torch.float32,
+          cfg: Config | None = None, log_every=0):
+    """Train from a fixed start on fixed batches; return the loss after each step."""
+    cfg = cfg or Config()
+    torch.manual_seed(seed)
+    model = TinyGQATransformer(cfg, attention).to(device=device, dtype=dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed + 1)
+    losses = []
+    for step in range(steps):
+        inputs, targets = sorting_batch(batch, digits, gen, device)
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if log_every and (step + 1) % log_every == 0:
+            print(f"step {step + 1:4d}  loss {loss.item():.4f}")
+    return losses
