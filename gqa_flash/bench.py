@@ -17,6 +17,11 @@ kernel is reported, not timed). Times are medians of
 matrix products of 2 * N^2 * D each per head), halved when causal. Every
 launch processes 16k tokens (B = 16384 // N), as the anchors in DESIGN.md do.
 
+``--backward`` times the backward pass instead (the gradients of Q, K and V
+given dO, after one forward): the course's backward kernels
+(``course_backward``, through ``gqa_flash.flash_attention``) against SDPA's
+backends, with FLOPs counted as 2.5 times the forward's.
+
 On a machine with no GPU it says that timings need one and exits cleanly.
 """
 
@@ -129,6 +134,91 @@ def providers():
     except Exception:  # an older torch, or no compiler toolchain
         pass
     return table
+
+
+def backward_providers():
+    """name -> function(q, k, v, causal) returning a function that runs one backward pass."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import gqa_flash
+
+    def prepared(forward):
+        def prepare(q, k, v, causal):
+            q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+            o = forward(q, k, v, causal)
+            do = torch.randn_like(o)
+            return lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+        return prepare
+
+    def sdpa(backend=None):
+        def fwd(q, k, v, causal):
+            if backend is None:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+        return fwd
+
+    def sdpa_backend_pinned(backend):
+        def prepare(q, k, v, causal):
+            run = prepared(sdpa(backend))(q, k, v, causal)
+
+            def pinned():
+                with sdpa_kernel(backend):
+                    return run()
+
+            return pinned
+
+        return prepare
+
+    return {
+        "course_backward": prepared(lambda q, k, v, causal: gqa_flash.flash_attention(q, k, v, causal=causal)),
+        "sdpa_default": prepared(sdpa()),
+        "sdpa_flash": sdpa_backend_pinned(SDPBackend.FLASH_ATTENTION),
+        "sdpa_cudnn": sdpa_backend_pinned(SDPBackend.CUDNN_ATTENTION),
+    }
+
+
+def run_backward(cases, out_path: Path, log=print) -> list[dict]:
+    """Time the backward pass: medians of do_bench over the gradient call alone."""
+    from triton.testing import do_bench
+
+    table, env, rows = backward_providers(), environment(), []
+    with open(out_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        for case in cases:
+            q, k, v = inputs(case)
+            grads, base_ms = {}, None
+            for name, prepare in table.items():
+                try:
+                    step = prepare(q, k, v, case.causal)
+                    grads[name] = [g.float() for g in step()]
+                    ref = grads.get("sdpa_default", grads[name])
+                    err = max(((g - r).norm() / r.norm()).item() for g, r in zip(grads[name], ref))
+                    status = "ok" if err < 5e-2 else "wrong result"
+                    ms = do_bench(step, warmup=25, rep=100, return_mode="median") if status == "ok" else math.nan
+                except torch.OutOfMemoryError:
+                    ms, err, status = math.nan, math.nan, "out of memory"
+                if name == "sdpa_default":
+                    base_ms = ms
+                row = dict(
+                    provider=name, dtype=str(case.dtype).replace("torch.", ""), causal=case.causal,
+                    head_dim=case.head_dim, seq_len=case.seq_len, batch=case.batch, q_heads=case.q_heads,
+                    kv_heads=case.kv_heads, ms_median=round(ms, 4), tflops=round(2.5 * case.flops / ms * 1e-9, 1),
+                    ratio_to_sdpa_default=round(base_ms / ms, 3), peak_mem_mib=math.nan,
+                    rel_err_vs_sdpa=f"{err:.2e}", status=status,
+                    flops_counted_as="2.5 * 4*B*Hq*N^2*D" + (" / 2 (causal)" if case.causal else ""), **env,
+                )
+                writer.writerow(row)
+                f.flush()
+                rows.append(row)
+                log(f"backward D={case.head_dim:3d} N={case.seq_len:5d} {name:16s} {row['tflops']:7.1f} TFLOP/s "
+                    f"x{row['ratio_to_sdpa_default']:.3f} err {err:.1e} {status}")
+            del q, k, v, grads
+    return rows
 
 
 def environment() -> dict:
@@ -272,10 +362,15 @@ def main(argv=None) -> int:
                         help="comma-separated provider names")
     parser.add_argument("--out", type=Path, default=Path("bench_forward.csv"), help="the CSV to write")
     parser.add_argument("--memory", type=Path, default=None, help="also sweep peak memory into this CSV")
+    parser.add_argument("--backward", action="store_true", help="time the backward pass instead")
     args = parser.parse_args(argv)
     if runtime.DEVICE.type != "cuda":
         print("gqa_flash.bench: timings need a CUDA GPU; this machine runs kernels in Triton's interpreter "
               "(see notebooks/ for the committed H200 measurements). Nothing to do.")
+        return 0
+    if args.backward:
+        cases = [Case(torch.bfloat16, True, d, n) for d in (64, 128) for n in (1024, 4096, 16384)]
+        run_backward(cases, args.out)
         return 0
     run(sweep(args.sweep), args.providers.split(","), args.out)
     if args.memory:

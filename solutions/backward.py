@@ -243,12 +243,36 @@ def _backward_dq(
     tl.store(DQ + out_offs, dq.to(DQ.dtype.element_ty), mask=q_mask)
 
 
-def _config(dtype):
+INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+PREPROCESS_BLOCK_M = 64
+
+# On a GPU the autotuner picks each kernel's tiles (BLOCK_M: queries per step,
+# BLOCK_N: keys per step), once per new shape.
+GPU_CONFIGS = [
+    triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=w, num_stages=st)
+    for bm, bn, w, st in [(64, 64, 4, 2), (64, 128, 8, 2), (128, 64, 8, 2), (32, 64, 4, 2), (64, 64, 8, 3),
+                          (32, 32, 4, 2)]
+]
+_KEY = ["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL", "INPUT_PRECISION"]
+_tuned = {}
+
+
+def _prune(configs, named_args, **kwargs):
+    """fp32 and head_dim 256 need small tiles to fit in registers and shared memory."""
+    args = {**named_args, **kwargs}
+    big = args["HEAD_DIM_PAD"] > 128 or args["INPUT_PRECISION"] == "ieee"
+    fits = [c for c in configs if not big or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 32 * 64]
+    return fits or configs
+
+
+def _kernel(kernel):
+    """``kernel`` itself in the interpreter (fixed tiles), its autotuned version on a GPU."""
     if runtime.INTERPRETER:
-        return dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
-    if dtype == torch.float32:
-        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1)
-    return dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2)
+        return kernel, INTERPRETER_CONFIG
+    if kernel not in _tuned:
+        _tuned[kernel] = triton.autotune(configs=GPU_CONFIGS, key=_KEY,
+                                         prune_configs_by={"early_config_prune": _prune})(kernel)
+    return _tuned[kernel], {}
 
 
 def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
@@ -263,20 +287,22 @@ def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
     dq = torch.empty((batch, n_q_heads, seq_len, head_dim), dtype=q.dtype, device=q.device)
     dk = torch.empty((batch, n_kv_heads, seq_len, head_dim), dtype=k.dtype, device=k.device)
     dv = torch.empty((batch, n_kv_heads, seq_len, head_dim), dtype=v.dtype, device=v.device)
-    cfg = _config(q.dtype)
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     consts = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad)
 
-    _backward_preprocess[(triton.cdiv(seq_len, cfg["BLOCK_M"]), batch * n_q_heads)](
-        o, do, delta, *o.stride(), *do.stride(), seq_len, n_q_heads, BLOCK_M=cfg["BLOCK_M"], **consts,
+    block_m = INTERPRETER_CONFIG["BLOCK_M"] if runtime.INTERPRETER else PREPROCESS_BLOCK_M
+    _backward_preprocess[(triton.cdiv(seq_len, block_m), batch * n_q_heads)](
+        o, do, delta, *o.stride(), *do.stride(), seq_len, n_q_heads, BLOCK_M=block_m, **consts,
     )
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    _backward_dkdv[(triton.cdiv(seq_len, cfg["BLOCK_N"]), batch * n_kv_heads)](
+    dkdv, cfg = _kernel(_backward_dkdv)
+    dkdv[lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]), batch * n_kv_heads)](
         q, k, v, do, lse, delta, dk, dv, *strides, sm_scale, seq_len, n_q_heads, n_kv_heads,
         CAUSAL=causal, INPUT_PRECISION=precision, **consts, **cfg,
     )
-    _backward_dq[(triton.cdiv(seq_len, cfg["BLOCK_M"]), batch * n_q_heads)](
+    dq_kernel, cfg = _kernel(_backward_dq)
+    dq_kernel[lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * n_q_heads)](
         q, k, v, do, lse, delta, dq, *strides, sm_scale, seq_len, n_q_heads, n_kv_heads,
         CAUSAL=causal, INPUT_PRECISION=precision, **consts, **cfg,
     )
