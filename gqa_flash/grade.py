@@ -37,6 +37,7 @@ import csv
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -65,7 +66,8 @@ class Report:
 
     @property
     def max_score(self) -> float:
-        return sum(t.max_score for t in self.tests)
+        """The points of the required parts (and hidden tests): bonus points come on top."""
+        return sum(t.max_score for t in self.tests if not t.bonus)
 
     def parts(self) -> dict[tuple[str, bool], list[TestResult]]:
         """Tests by (part, hidden), in the order they ran: the graded modules first."""
@@ -81,9 +83,9 @@ class Report:
     def summary(self) -> str:
         """A few lines for the top of Gradescope's results: the total, each part, the notes."""
         lines = [f"gqa-flash: {_num(self.score)} / {_num(self.max_score)} points"]
-        for (part, hidden), tests in self.parts().items():
+        for tests in self.parts().values():
             got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
-            lines.append(f"  {_part_name(part, hidden)}: {_num(got)} / {_num(worth)}  {_verdict(tests)}")
+            lines.append(f"  {_part_name(tests[0])}: {_num(got)} / {_num(worth)}  {_verdict(tests)}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -92,8 +94,10 @@ def _num(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".")
 
 
-def _part_name(part: str, hidden: bool) -> str:
-    return f"hidden tests ({part})" if hidden else f"{part}.py"
+def _part_name(test: TestResult) -> str:
+    if test.hidden:
+        return f"hidden tests ({test.part})"
+    return f"{test.part}.py (bonus)" if test.bonus else f"{test.part}.py"
 
 
 def _verdict(tests: list[TestResult]) -> str:
@@ -111,11 +115,13 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
     start = time.monotonic()
     course = course or sandbox.snapshot()
     limits = limits or Limits()
-    sub = submission.read(source)
+    test_files = course.tests_of(only)
+    expected = [f"{p}.py" for p in _parts(course, only)]
+    sub = submission.read(source, expected=[f for f in course.graded_files if f in expected])
     report = Report(submission=sub.name, notes=list(sub.notes), files=sorted(sub.files))
     workdir = Path(tempfile.mkdtemp(prefix="gqa-flash-grade-"))
     try:
-        run = testrun.run_tests(course, sub.files, workdir, course.tests_of(only), limits)
+        run = testrun.run_tests(course, sub.files, workdir, test_files, limits)
         report.tests = run.tests
         report.notes.extend(run.notes)
     except Exception as e:  # a bug of the grader's own must not stop a batch
@@ -130,9 +136,9 @@ def table(report: Report) -> str:
     """The readable verdict: one row per part, the failed tests under it with what went wrong."""
     rows = [f"{report.submission}: {_num(report.score)} / {_num(report.max_score)} points "
             f"({report.seconds:.0f} s)", "", f"  {'part':<24} {'points':>11}  verdict"]
-    for (part, hidden), tests in report.parts().items():
+    for tests in report.parts().values():
         got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
-        rows.append(f"  {_part_name(part, hidden):<24} {_num(got):>5} / {_num(worth):<3}  {_verdict(tests)}")
+        rows.append(f"  {_part_name(tests[0]):<24} {_num(got):>5} / {_num(worth):<3}  {_verdict(tests)}")
         # Failed tests, those that failed the same way on one line (a stub fails every test alike).
         by_message: dict[str, list[TestResult]] = {}
         for t in tests:
@@ -143,7 +149,9 @@ def table(report: Report) -> str:
             if len(failed) == len(tests) > 1:
                 names = f"all {len(tests)} tests"
             rows.append(f"      {names}: {message}")
-    rows.append(f"  {'total':<24} {_num(report.score):>5} / {_num(report.max_score):<3}")
+    bonus = sum(t.score for t in report.tests if t.bonus)
+    rows.append(f"  {'total':<24} {_num(report.score):>5} / {_num(report.max_score):<3}"
+                + (f"  (with {_num(bonus)} bonus)" if bonus else ""))
     if report.notes:
         rows += ["", "notes:"] + [f"  - {n}" for n in report.notes]
     return "\n".join(rows)
@@ -254,8 +262,11 @@ def grade_batch(sources: list[Path], *, course: sandbox.Course, only=None, limit
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m gqa_flash.grade", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m gqa_flash.grade", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Grade gqa-flash submissions: a table, Gradescope's results.json, a CSV row each.",
+        epilog="examples:\n" + __doc__.split("Examples::\n\n", 1)[1].split("\n\n", 1)[0],
+    )
     p.add_argument("submissions", nargs="*", type=Path,
                    help="folders, zips or .py files (default: your own files in gqa_flash/)")
     p.add_argument("--out", type=Path, help="results.json (one submission) or a folder of them (several)")
@@ -273,7 +284,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM too (a batch killed by a scheduler): clean up, keep what is written
+
+
 def main(argv: list[str] | None = None) -> int:
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    testrun.STOP.clear()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        testrun.stop()
+        print("interrupted: the submissions graded so far are written; run the same command again to go on",
+              file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.gradescope_bundle:
         names = gradescope.write_bundle(args.gradescope_bundle, extra_tests=args.extra_tests)
@@ -319,12 +348,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done)
-    except KeyboardInterrupt:
+    finally:
         progress.close()
-        print(f"interrupted after {progress.count} of {len(todo)}; run the same command again to go on",
-              file=sys.stderr)
-        return 130
-    progress.close()
     return 0
 
 

@@ -41,9 +41,9 @@ from pathlib import Path
 import pytest
 
 from gqa_flash import impl
+from gqa_flash.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
 
 DEFAULT_TIMEOUT = 60.0  # seconds, for a test without a timeout mark (an instructor's hidden test)
-HIDDEN_DIR = "tests/extra"  # where the grader puts an instructor's extra tests in the copy
 MESSAGE_CHARS = 300  # one failure line; the rest is noise in a gradebook
 
 
@@ -83,7 +83,8 @@ class _Recorder:
         return stem, rel.startswith(HIDDEN_DIR + "/")
 
     def collected(self, items):
-        # Points are shared among the cases of one test function.
+        # Points are shared among the cases of one test function. (A restarted run
+        # collects fewer cases; the grader keeps the shares of the first run.)
         cases = {}
         for item in items:
             cases.setdefault((item.path, item.originalname), []).append(item)

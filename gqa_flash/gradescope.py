@@ -36,7 +36,7 @@ def results_json(report) -> dict:
     for t in report.tests:
         tests.append(
             dict(
-                name=f"{t.part}.py: {t.name}" if not t.hidden else f"hidden ({t.part}): {t.name}",
+                name=_name(t),
                 score=round(t.score, 4),
                 max_score=round(t.max_score, 4),
                 status="passed" if t.passed else "failed",
@@ -52,6 +52,12 @@ def results_json(report) -> dict:
         stdout_visibility="hidden",
         tests=tests,
     )
+
+
+def _name(test) -> str:
+    if test.hidden:
+        return f"hidden ({test.part}): {test.name}"
+    return f"{test.part}.py{' (bonus)' if test.bonus else ''}: {test.name}"
 
 
 # --- the autograder bundle -------------------------------------------------------

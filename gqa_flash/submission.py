@@ -46,8 +46,12 @@ class Submission:
     notes: list[str] = field(default_factory=list)  # for the student and the instructor
 
 
-def read(source: Path | None) -> Submission:
-    """The graded files of a submission, with notes; never raises for a bad submission."""
+def read(source: Path | None, expected=GRADED_FILES) -> Submission:
+    """The graded files of a submission, with notes; never raises for a bad submission.
+
+    ``expected``: the graded files being graded (all, or those of ``--only``),
+    the ones whose absence is worth a note.
+    """
     if source is None:
         sub = Submission("working copy")
         candidates = [c for c in _folder(release.STUDENT_DIR, sub, top_only=True) if c[0].name in GRADED_FILES]
@@ -72,9 +76,9 @@ def read(source: Path | None) -> Submission:
     _choose(candidates, sub)
     for name, content in sub.files.items():
         sub.notes.extend(_check_code(name, content))
-    missing = [n for n in GRADED_FILES if n not in sub.files]
+    missing = [n for n in expected if n not in sub.files]
     if not sub.files:
-        sub.notes.append(f"no graded file found (expected {', '.join(GRADED_FILES)}): every part is graded as its stub")
+        sub.notes.append(f"no graded file found (expected {', '.join(expected)}): every part is graded as its stub")
     elif missing:
         sub.notes.append(f"missing {', '.join(missing)}: graded as the unmodified stub")
     return sub

@@ -63,6 +63,7 @@ class TestResult:
     passed: bool = False
     message: str = ""
     hidden: bool = False  # an instructor's extra test
+    bonus: bool = False  # a bonus module's test: its points are on top of the maximum
     seconds: float = 0.0
 
     @property
@@ -81,12 +82,12 @@ class RunReport:
 # their own sessions, out of reach of the terminal's Ctrl-C).
 _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
-_stopping = threading.Event()
+STOP = threading.Event()  # set: start no more test processes (cleared by whoever starts grading again)
 
 
 def stop() -> None:
     """Kill every running test process and start no more (an interrupted batch)."""
-    _stopping.set()
+    STOP.set()
     with _live_lock:
         for proc in list(_live):
             _kill(proc)
@@ -110,7 +111,7 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
     targets = list(test_files)
     copy = workdir / "course"
     tampering: list[str] = []
-    while True:
+    while not (STOP.is_set() and collected is None):
         sandbox.build(course, copy, files)
         log = workdir / f"run{report.runs}.jsonl"
         out = workdir / f"run{report.runs}.out"
@@ -136,7 +137,7 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
         remaining = [t for t in collected if t not in done]
         if not remaining:
             break
-        if _stopping.is_set():
+        if STOP.is_set():
             reason = "not run: grading was interrupted"
             done.update({t: _result(collected[t], False, reason, 0.0) for t in remaining})
             break
@@ -158,7 +159,8 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
 
 def _result(info: dict, passed: bool, message: str, seconds: float) -> TestResult:
     return TestResult(id=info["id"], part=info["part"], name=info["name"], max_score=info["max_score"],
-                      passed=passed, message=message, hidden=info.get("hidden", False), seconds=seconds)
+                      passed=passed, message=message, hidden=info.get("hidden", False), seconds=seconds,
+                      bonus=info["part"] in sandbox.BONUS_PARTS and not info.get("hidden", False))
 
 
 @dataclass
@@ -210,6 +212,8 @@ def _run_once(copy: Path, targets, log: Path, out: Path, limits: Limits, strikes
         )
     with _live_lock:
         _live.add(proc)
+        if STOP.is_set():  # stop() ran while this process was starting
+            _kill(proc)
     killed = ""
     current: tuple[str, float] | None = None  # the running test and when we saw it start
     timeouts: dict[str, float] = {}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import grade, gradescope, release, sandbox, submission
+from gqa_flash import grade, gradescope, impl, release, sandbox, submission
 from gqa_flash.testrun import Limits
 
 COURSE = release.COURSE_DIR
@@ -28,6 +28,8 @@ SOLUTIONS = COURSE / "solutions"
 # A test's own limit capped at 4 s (the graded tests take well under 1 s here),
 # and the watchdog's grace after it at 3 s.
 FAST = Limits(timeout_cap_s=4, grace_s=3)
+# The required modules; the bonus module's tests would only add their run time here.
+REQUIRED = set(impl.GRADED_MODULES) - set(sandbox.BONUS_PARTS)
 
 
 def solution(name: str) -> str:
@@ -170,18 +172,18 @@ def graded(tmp_path_factory):
             "online_softmax.py": SYNTAX_ERROR,
             "tiled.py": "import module_that_does_not_exist\n" + solution("tiled.py"),
             "forward.py": solution("forward.py"),
-        }), None, Limits(timeout_cap_s=4, grace_s=3, strikes=1)),
+        }), REQUIRED, Limits(timeout_cap_s=4, grace_s=3, strikes=1)),
         "crashes": (folder(root, "crashes", {
             "naive.py": noisy_naive,
             "online_softmax.py": EXITS_AT_IMPORT,
             "tiled.py": segfault_on_one_row,
             "forward.py": kernel_hang,
-        }), None, FAST),
+        }), REQUIRED, FAST),
         "cheats": (folder(root, "cheats", {
             "naive.py": TAMPERS,
             "online_softmax.py": solution("online_softmax.py"),
             "forward.py": PYTORCH_FORWARD,
-        }), None, FAST),
+        }), REQUIRED, FAST),
         "zipped": (zipped, {"naive", "tiled"}, FAST),
         "deadline": (folder(root, "deadline", {"naive.py": PLAIN_HANG}), {"naive"},
                      Limits(timeout_cap_s=60, submission_s=12)),
@@ -373,8 +375,11 @@ def test_the_snapshot_holds_stubs_and_tests_but_no_solution():
         assert course.files[path.as_posix()] == text.encode()
     assert "tests/graded/test_forward.py" in course.files and "pyproject.toml" in course.files
     assert not any(k.startswith("solutions") for k in course.files)
+    # Every graded test file, in the order of the course's modules.
+    graded_files = {p.name for p in (COURSE / "tests" / "graded").glob("test_*.py")}
     assert [Path(t).name for t in course.test_files] == [
-        "test_naive.py", "test_online_softmax.py", "test_tiled.py", "test_forward.py"]
+        f"test_{m}.py" for m in impl.GRADED_MODULES if f"test_{m}.py" in graded_files]
+    assert {Path(t).name for t in course.test_files} == graded_files
 
 
 # --- results: Gradescope's json, the table, the CSV of a batch ---------------------------------
@@ -384,7 +389,8 @@ def test_results_json_follows_gradescopes_format(graded):
     report, _ = graded["broken_parts"]
     results = gradescope.results_json(report)
     assert results["score"] == 40 and isinstance(results["execution_time"], int)
-    assert sum(t["max_score"] for t in results["tests"]) == pytest.approx(100)
+    required = [t for t in results["tests"] if "(bonus)" not in t["name"]]
+    assert sum(t["max_score"] for t in required) == pytest.approx(100)
     for t in results["tests"]:
         assert set(t) == {"name", "score", "max_score", "status", "output", "visibility"}
         assert t["status"] in ("passed", "failed") and t["visibility"] == "visible"

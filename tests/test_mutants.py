@@ -71,7 +71,8 @@ def graded(tmp_path_factory):
 @pytest.mark.timeout(900)
 def test_the_solutions_score_100(graded):
     report = graded["solutions"]
-    assert report.score == pytest.approx(100) and report.max_score == pytest.approx(100), grade.table(report)
+    assert report.max_score == pytest.approx(100), grade.table(report)
+    assert report.score >= 100 and all(t.passed for t in report.tests), grade.table(report)  # bonus on top
 
 
 @pytest.mark.timeout(900)

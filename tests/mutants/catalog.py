@@ -4,6 +4,10 @@ A mutant is a solution with one bug put in (a few edits of its text, each
 ``old`` found exactly once). ``tests/test_mutants.py`` grades each mutant on
 the tests of the module it touches and asserts that it loses points there.
 
+Every mutant costs one run of its module's tests (about 4 s for naive.py, 9 s
+for forward.py here), so the catalog keeps one mutant per kind of bug and
+module, not every variant.
+
 A mutant that keeps all its points is a hole in the graded tests. It stays
 here with ``survives`` saying why, and its test is an expected failure, until
 a graded test catches it; then delete ``survives`` (the strict xfail turns
@@ -80,8 +84,6 @@ MUTANTS = [
        ("group_size = N_Q_HEADS // N_KV_HEADS", "group_size = N_KV_HEADS // N_Q_HEADS")),
     _m("forward_no_acc_rescale", "forward.py", "acc is not rescaled when the max grows",
        ("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot(")),
-    _m("forward_no_l_rescale", "forward.py", "l_i is not rescaled when the max grows",
-       ("l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i + tl.sum(p, 1)")),
     _m("forward_rescale_new_max_only", "forward.py", "alpha = exp2(-m_new): rescales with the new max only",
        ("alpha = tl.exp2(m_i - m_new)", "alpha = tl.exp2(-m_new)")),
     _m("forward_exp_with_log2_scale", "forward.py", "exp instead of exp2, with log2(e) still folded into the scale",
@@ -95,13 +97,6 @@ MUTANTS = [
        ("visible = offs_n[None, :] < SEQ_LEN", "visible = offs_n[None, :] >= 0")),
     _m("forward_lse_base_2", "forward.py", "LSE left in base 2 (no * ln 2)",
        ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log2(l_i)")),
-    _m("forward_lse_without_max", "forward.py", "LSE without the max",
-       ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = tl.log2(l_i) * 0.6931471805599453")),
-    _m("forward_no_sm_scale", "forward.py", "forgets sm_scale: only log2(e) in the score scale",
-       ("qk_scale = sm_scale * 1.4426950408889634", "qk_scale = 1.4426950408889634")),
     _m("forward_divides_twice", "forward.py", "divides by l_i twice",
        ("    o = acc / l_i[:, None]\n", "    o = acc / l_i[:, None] / l_i[:, None]\n")),
-    _m("forward_running_max_forgotten", "forward.py",
-       "m_new is the tile's max, not max(m_i, tile max): NaN on a fully masked row, overflow when scores fall",
-       ("m_new = tl.maximum(m_i, tl.max(s, 1))", "m_new = tl.max(s, 1)")),
 ]
