@@ -269,7 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("submissions", nargs="*", type=Path,
                    help="folders, zips or .py files (default: your own files in gqa_flash/)")
-    p.add_argument("--out", type=Path, help="results.json (one submission) or a folder of them (several)")
+    p.add_argument("--out", help="results.json (one submission) or a folder of them (several, or a path ending in /)")
     p.add_argument("--csv", type=Path, help="one row per submission; submissions already in it are skipped")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                    help="submissions graded at once (default: half the cores)")
@@ -289,7 +289,8 @@ def _interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
     testrun.STOP.clear()
     try:
         return _main(argv)
@@ -299,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -324,7 +326,11 @@ def _main(argv: list[str] | None) -> int:
         report = grade(args.submissions[0] if args.submissions else None, course=course, only=only, limits=limits)
         print(table(report))
         if args.out:
-            _write_json(args.out, report)
+            out = Path(args.out)
+            if out.is_dir() or args.out.endswith(os.sep):  # a folder: name the file after the submission
+                src = args.submissions[0] if args.submissions else Path("working_copy")
+                out = out / _json_names([src])[src]
+            _write_json(out, report)
         if args.csv:
             GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)).add(report)
         return 0
@@ -340,7 +346,7 @@ def _main(argv: list[str] | None) -> int:
     def on_done(src: Path, report: Report) -> None:
         with lock:
             if args.out:
-                _write_json(args.out / json_names[src], report)
+                _write_json(Path(args.out) / json_names[src], report)
             if book is not None:
                 book.add(report)
             flag = f"  ({len(report.notes)} note{'s' * (len(report.notes) != 1)})" if report.notes else ""
