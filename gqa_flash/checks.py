@@ -23,7 +23,6 @@ chosen inputs, calls your helper, and stores what it returns. See
 file.
 """
 
-from __future__ import annotations
 
 import math
 import re
@@ -497,7 +496,7 @@ def _where_attention(problem, case: _Case, with_tile=False) -> str:
 
 
 def _naive_body() -> Verdict:
-    mod = _load("naive")  # noqa: F841  (a broken file is reported before anything runs)
+    _load("naive")  # a file that does not import is reported before anything runs
     for case in _NAIVE_CASES:
         q, k, v = case.qkv()
         out = _run_student("naive", api.naive_attention, q, k, v, causal=case.causal, part=case.part)
@@ -517,7 +516,7 @@ def _naive_body() -> Verdict:
             ((part, text), (lambda kw=kw: _naive64(q, k, v, case.causal, case.scale, **kw)))
             for part, kw, text in _NAIVE_MISTAKES
         ]
-        found = _first_cause(out, [(pt, fn) for pt, fn in variants], **tol)
+        found = _first_cause(out, variants, **tol)
         part, cause = found if found else (case.part, None)
         raise _Stop(_fail("naive", part, "does not match the float64 reference",
                           where=_where_attention(problem, case), cause=cause))
@@ -556,9 +555,6 @@ def _state64(x):
     m = x.amax(dim=-1)
     m0 = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     return m, torch.exp(x - m0[..., None]).sum(dim=-1)
-
-
-_ROW_NAMES = {1: "row 1 (all -inf)"}
 
 
 def _where_row(case_name, index, what, got, expected):
@@ -942,7 +938,10 @@ def _probe_kernels(fwd_module) -> dict:
         scope = dict(fn.__globals__)  # a private copy of this module's globals...
         scope["fwd"] = fwd_module  # ...in which `fwd` is your forward module, set once
         bound = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-        bound.__qualname__ = fn.__qualname__
+        # What `def` sets besides the code: Triton reads `tl.constexpr` from the annotations.
+        bound.__annotations__ = dict(fn.__annotations__)
+        bound.__kwdefaults__ = fn.__kwdefaults__
+        bound.__qualname__, bound.__doc__ = fn.__qualname__, fn.__doc__
         kernels[fn.__name__.removeprefix("_probe_")] = triton.jit(bound)
     _probe_cache[key] = (version, kernels)
     return kernels
