@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PORT   ?= 8888
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-graded release check-release clean
+.PHONY: setup lab test test-graded grade autograder release check-release clean
 
 setup: $(VENV)/.installed
 
@@ -22,13 +22,23 @@ $(VENV)/.installed: pyproject.toml
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(LAB_ARGS)
 
-# Run every test with the solutions: the course's own checks and the graded tests.
+# Run every test with the solutions: the course's own checks, the graded tests,
+# the grader, and every notebook under nbval (check cells must print what is stored).
 test: setup
 	GQA_FLASH_IMPL=solutions $(BIN)/python -m pytest tests
+	GQA_FLASH_IMPL=solutions $(BIN)/python -m pytest --nbval-lax --nbval-current-env notebooks -p no:cacheprovider
 
 # The graded tests alone, against your own files in gqa_flash/.
 test-graded: setup
 	GQA_FLASH_IMPL=student $(BIN)/python -m pytest tests/graded
+
+# Grade your files as the instructor's grader does (add ARGS="--out results.json")
+grade: setup
+	$(BIN)/python -m gqa_flash.grade $(ARGS)
+
+# Gradescope's autograder zip: make autograder [EXTRA_TESTS=hidden/]
+autograder: setup
+	$(BIN)/python -m gqa_flash.grade --gradescope-bundle autograder.zip $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
 
 # Write the student files from solutions/ (instructors).
 release: setup

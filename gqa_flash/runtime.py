@@ -15,6 +15,8 @@ check a kernel, and it lets a student with a laptop do the whole course.
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +32,16 @@ def _cuda_usable() -> bool:
 # Decide once, at import, before any kernel is defined. A user who sets
 # TRITON_INTERPRET themselves (to 1 or to 0) keeps their choice.
 if "TRITON_INTERPRET" not in os.environ and not _cuda_usable():
+    if "triton" in sys.modules:
+        # Triton read the variable when it was imported: its own helpers
+        # (tl.max, tl.sum, ...) are already compiled-mode functions, and
+        # interpreted kernels that call them fail.
+        warnings.warn(
+            "triton was imported before gqa_flash on a machine with no GPU: import gqa_flash first "
+            "(or set TRITON_INTERPRET=1 before importing triton), then restart the kernel",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     os.environ["TRITON_INTERPRET"] = "1"
 
 INTERPRETER: bool = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")

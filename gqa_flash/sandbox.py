@@ -28,9 +28,9 @@ from gqa_flash import impl, release
 
 COURSE_DIR = release.COURSE_DIR
 GRADED_FILES = tuple(f"{m}.py" for m in impl.GRADED_MODULES)
-# Bonus modules: their tests' points come on top of the 100 of the required ones
-# (tests/test_points.py holds the same split), so they are not in the maximum.
-BONUS_PARTS = ("backward",)
+# Bonus modules: their tests' points come on top of the 100 of the required ones,
+# so they are not in the maximum.
+BONUS_PARTS = impl.BONUS_MODULES
 HIDDEN_DIR = "tests/extra"  # where an instructor's extra tests go in the copy
 MAX_TEST_FILE_BYTES = 1 << 20  # per test file (an extra test is code, not a data set)
 

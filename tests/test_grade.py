@@ -305,8 +305,6 @@ def test_a_pytorch_forward_loses_all_the_forward_points(graded):
     assert any("must compute attention in the Triton kernel" in m for m in messages(report, "forward"))
 
 
-@pytest.mark.xfail(strict=True, reason="hole in the graded tests: kernel_only forbids matmul/softmax/SDPA, not "
-                                       "elementwise products and sums, and any Triton launch counts")
 def test_a_pytorch_forward_without_matmul_loses_the_forward_points(graded):
     report, _ = graded["sneaky"]
     assert points(report, "forward") == 0, grade.table(report)

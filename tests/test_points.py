@@ -3,9 +3,12 @@
 import ast
 from pathlib import Path
 
+from gqa_flash import impl
+
 GRADED = Path(__file__).parent / "graded"
-REQUIRED = {"test_naive.py", "test_online_softmax.py", "test_tiled.py", "test_forward.py"}
-BONUS = {"test_backward.py"}
+
+BONUS = {f"test_{m}.py" for m in impl.BONUS_MODULES}
+REQUIRED = {f"test_{m}.py" for m in impl.GRADED_MODULES} - BONUS
 
 
 def _marks(func):
