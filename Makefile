@@ -5,9 +5,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8888
-LAB_ARGS ?=
+# JupyterLab refuses to run as root unless told to (containers, CI).
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test test-graded grade autograder release check-release clean
+.PHONY: setup lab test test-graded test-browser grade autograder release check-release clean
 
 setup: $(VENV)/.installed
 
@@ -23,10 +24,17 @@ lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(LAB_ARGS)
 
 # Run every test with the solutions: the course's own checks, the graded tests,
-# the grader, and every notebook under nbval (check cells must print what is stored).
+# the grader, the notebooks in a real browser (Chromium and Playwright are
+# installed first), and every notebook under nbval (check cells must print what is stored).
 test: setup
+	VENV=$(VENV) bash tests/browser/install.sh
 	GQA_FLASH_IMPL=solutions $(BIN)/python -m pytest tests
 	GQA_FLASH_IMPL=solutions $(BIN)/python -m pytest --nbval-lax --nbval-current-env notebooks -p no:cacheprovider
+
+# The course in JupyterLab in headless Chromium, with the solutions and with the stubs.
+test-browser: setup
+	VENV=$(VENV) bash tests/browser/install.sh
+	$(BIN)/python -m pytest -m browser tests/browser
 
 # The graded tests alone, against your own files in gqa_flash/.
 test-graded: setup

@@ -25,9 +25,11 @@ from gqa_flash.testrun import Limits
 
 COURSE = release.COURSE_DIR
 SOLUTIONS = COURSE / "solutions"
-# A test's own limit capped at 4 s (the graded tests take well under 1 s here),
+# A test's own limit capped at CAP s (the graded tests take well under 1 s here,
+# but a loaded 2-core CI machine can stretch a good one several times over),
 # and the watchdog's grace after it at 3 s.
-FAST = Limits(timeout_cap_s=4, grace_s=3)
+CAP = 12
+FAST = Limits(timeout_cap_s=CAP, grace_s=3)
 # The required modules; the bonus module's tests would only add their run time here.
 REQUIRED = set(impl.GRADED_MODULES) - set(sandbox.BONUS_PARTS)
 
@@ -172,7 +174,7 @@ def graded(tmp_path_factory):
             "online_softmax.py": SYNTAX_ERROR,
             "tiled.py": "import module_that_does_not_exist\n" + solution("tiled.py"),
             "forward.py": solution("forward.py"),
-        }), REQUIRED, Limits(timeout_cap_s=4, grace_s=3, strikes=1)),
+        }), REQUIRED, Limits(timeout_cap_s=CAP, grace_s=3, strikes=1)),
         "crashes": (folder(root, "crashes", {
             "naive.py": noisy_naive,
             "online_softmax.py": EXITS_AT_IMPORT,
@@ -223,7 +225,7 @@ def test_a_broken_module_does_not_cost_the_others(graded):
 def test_a_hang_that_ignores_its_timeout_is_killed(graded):
     report, _ = graded["broken_parts"]
     (first, *rest) = [t for t in report.tests if t.part == "naive"]
-    assert "killed" in first.message and "4 s limit" in first.message, first.message
+    assert "killed" in first.message and f"{CAP} s limit" in first.message, first.message
     assert all("not run: naive already hung or crashed" in t.message for t in rest), grade.table(report)
 
 
@@ -269,7 +271,7 @@ def test_an_endless_loop_in_a_kernel_times_out(graded):
     report, _ = graded["crashes"]
     tests = [t for t in report.tests if t.part == "forward"]
     assert points(report, "forward") == 0
-    assert tests[0].message.startswith("timed out after 4 s"), tests[0].message
+    assert tests[0].message.startswith(f"timed out after {CAP} s"), tests[0].message
     assert "not run: forward already hung or crashed 2 times" in tests[-1].message
 
 
