@@ -70,17 +70,20 @@ def tiled_attention(q, k, v, causal=True, sm_scale=None, block_m=64, block_n=64,
     )
 
 
-def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
-    """The Triton FlashAttention forward kernel with GQA (``forward.py``). Optionally returns the LSE."""
+def _launch_forward(launcher, q, k, v, causal, sm_scale, return_lse):
+    """Checks shared by the forward kernels, then ``launcher`` (a module's forward function)."""
     validation.check_attention_inputs(q, k, v, causal)
     validation.check_bool("return_lse", return_lse)
     validation.check_kernel_inputs(q, k, v)
     sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
     if _is_empty(q):
         return _empty_result(q, return_lse)
-    return impl.load("forward").flash_attention_forward(
-        q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse
-    )
+    return launcher(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
+
+
+def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
+    """The Triton FlashAttention forward kernel with GQA (``forward.py``). Optionally returns the LSE."""
+    return _launch_forward(impl.load("forward").flash_attention_forward, q, k, v, causal, sm_scale, return_lse)
 
 
 def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
@@ -88,13 +91,7 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     :func:`flash_attention_forward`."""
     from gqa_flash import fast_forward
 
-    validation.check_attention_inputs(q, k, v, causal)
-    validation.check_bool("return_lse", return_lse)
-    validation.check_kernel_inputs(q, k, v)
-    sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
-    if _is_empty(q):
-        return _empty_result(q, return_lse)
-    return fast_forward.fast_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
+    return _launch_forward(fast_forward.fast_attention_forward, q, k, v, causal, sm_scale, return_lse)
 
 
 def flash_attention(q, k, v, causal=True, sm_scale=None):

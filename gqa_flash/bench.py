@@ -88,24 +88,28 @@ def sweep(kind: str) -> list[Case]:
     return main + extra if kind == "all" else extra
 
 
+def sdpa(backend=None):
+    """SDPA with PyTorch's choice of backend (None) or pinned to one: function(q, k, v, causal)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v, causal):
+        if backend is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+    return run
+
+
 def providers():
     """name -> function(q, k, v, causal) for every provider available here."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
 
     from gqa_flash import fast_forward, impl
 
     graded = impl.load("forward", "solutions")
     naive = impl.load("naive", "solutions")
-
-    def sdpa(backend=None):
-        def run(q, k, v, causal):
-            if backend is None:
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-
-        return run
 
     table = {
         "course_graded": lambda q, k, v, causal: graded.flash_attention_forward(q, k, v, causal=causal),
@@ -138,7 +142,6 @@ def providers():
 
 def backward_providers():
     """name -> function(q, k, v, causal) returning a function that runs one backward pass."""
-    import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import gqa_flash
@@ -151,15 +154,6 @@ def backward_providers():
             return lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
 
         return prepare
-
-    def sdpa(backend=None):
-        def fwd(q, k, v, causal):
-            if backend is None:
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-
-        return fwd
 
     def sdpa_backend_pinned(backend):
         def prepare(q, k, v, causal):
