@@ -274,25 +274,6 @@ def _close(got, exp, atol, rtol):
     return close | (got == exp)
 
 
-def _mismatch(what, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col")):
-    """testing.mismatch, except that an expected -inf (a masked score) is matched only by -inf.
-
-    (With rtol > 0, |x - inf| <= rtol * inf holds for every finite x, so a plain
-    tolerance test would accept any value where -inf is expected.)
-    """
-    problem = testing.mismatch(what, out, ref, atol=atol, rtol=rtol, labels=labels)
-    if problem is not None or not isinstance(out, torch.Tensor):
-        return problem
-    got = out.detach().to("cpu", torch.float64)
-    exp = ref.detach().to("cpu", torch.float64)
-    bad = ~_close(got, exp, atol, rtol)
-    if not bad.any():
-        return None
-    first = tuple(int(i) for i in bad.nonzero()[0])
-    return testing.Mismatch(what=what, index=first, got=float(got[first]), expected=float(exp[first]),
-                            max_error=float("inf"), wrong=int(bad.sum()), total=bad.numel(), labels=labels)
-
-
 def _matches(out, candidate, atol, rtol) -> bool:
     """True when ``out`` equals ``candidate`` within tolerance; NaN matches NaN, inf matches inf."""
     if candidate is None or not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(candidate.shape):
@@ -509,7 +490,7 @@ def _naive_body() -> Verdict:
             raise _Stop(_fail("naive", 3, f"the output is {out.dtype} for {q.dtype} inputs",
                               where=f"case \"{case.name}\"", hint="return out.to(q.dtype)"))
         tol = _tol(case.dtype)
-        problem = _mismatch("O", out, ref, **tol)
+        problem = testing.mismatch("O", out, ref, **tol)
         if problem is None:
             continue
         variants = [
@@ -576,7 +557,7 @@ def _block_state_body() -> Verdict:
                 raise _Stop(_fail("online_softmax", 1, shape, where=f"case \"{name}\"",
                                   hint="reduce over the last dimension only (dim=-1)"))
         for label, got, ref in (("m", m, m_ref), ("l", l, l_ref)):
-            problem = _mismatch(label, got, ref, atol=1e-5, rtol=1e-5, labels=("row",) * x.dim())
+            problem = testing.mismatch(label, got, ref, atol=1e-5, rtol=1e-5, labels=("row",) * x.dim())
             if problem is None:
                 continue
             got64 = got.detach().to(torch.float64)
@@ -641,7 +622,7 @@ def _merge_states_body() -> Verdict:
         m, l = result
         m_ref, l_ref = _merge64(m_a, l_a, m_b, l_b)
         for label, got, ref in (("m", m, m_ref), ("l", l, l_ref)):
-            problem = _mismatch(label, got, ref, atol=1e-5, rtol=1e-5, labels=("row",))
+            problem = testing.mismatch(label, got, ref, atol=1e-5, rtol=1e-5, labels=("row",))
             if problem is None:
                 continue
             cause = None
@@ -698,7 +679,7 @@ def _online_softmax_body() -> Verdict:
             raise _Stop(_fail("online_softmax", 3, f"returns {out.dtype} for {x.dtype} input",
                               where=f"case \"{name}\"", hint="return probs.to(x.dtype)"))
         tol = _tol(x.dtype)
-        problem = _mismatch("softmax", out, ref, labels=("row", "column"), **tol)
+        problem = testing.mismatch("softmax", out, ref, labels=("row", "column"), **tol)
         if problem is None:
             continue
         cause = None
@@ -811,7 +792,7 @@ def _tiled_body() -> Verdict:
         if shape:
             raise _Stop(_fail("tiled", 5, shape, where=f"case \"{case.name}\""))
         tol = _tol(case.dtype)
-        problem = _mismatch("O", out, ref, **tol)
+        problem = testing.mismatch("O", out, ref, **tol)
         sim = {}
 
         def simulated(bug):
@@ -824,7 +805,7 @@ def _tiled_body() -> Verdict:
             part, cause = found if found else (case.part, None)
             raise _Stop(_fail("tiled", part, "O does not match the float64 reference",
                               where=_where_attention(problem, case, with_tile=True), cause=cause))
-        problem = _mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
+        problem = testing.mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
         if problem is not None:
             found = _first_cause(lse, [((p, t), (lambda b=b: simulated(b)[1])) for p, b, t in _TILED_LSE_MISTAKES],
                                  **testing.LSE_TOLERANCE)
@@ -1078,7 +1059,7 @@ def _online_softmax_update_body() -> Verdict:
         problem, label = None, None
         for label in ("m", "l", "acc"):
             labels = ("row", "column") if label == "acc" else ("row",)
-            problem = _mismatch(label, got[label], want[label], labels=labels, **tol)
+            problem = testing.mismatch(label, got[label], want[label], labels=labels, **tol)
             if problem is not None:
                 break
         if problem is None:
@@ -1152,7 +1133,7 @@ def _mask_scores_body() -> Verdict:
                 CAUSAL=causal, **_MASK)
         got = out.cpu()[:n, : triton.cdiv(n, bn) * bn]  # rows past SEQ_LEN are never stored: not compared
         want = _mask64(s, n, causal)[:n, : triton.cdiv(n, bn) * bn]
-        problem = _mismatch("scores", got, want, labels=("row", "key"), atol=0, rtol=1e-6)
+        problem = testing.mismatch("scores", got, want, labels=("row", "key"), atol=0, rtol=1e-6)
         if problem is None:
             continue
         if causal and torch.equal(got, s[:n, : got.shape[1]]):
@@ -1230,7 +1211,7 @@ def _epilogue_body() -> Verdict:
                                        ("LSE", lse[:n], want_lse[:n], "lse")):
             t = tol if kind == "o" else testing.LSE_TOLERANCE
             labels = ("row", "column") if kind == "o" else ("row",)
-            problem = _mismatch(label, got, want, labels=labels, **t)
+            problem = testing.mismatch(label, got, want, labels=labels, **t)
             if problem is None:
                 continue
             cause = None
@@ -1418,10 +1399,10 @@ def _forward_body(part_verdicts=None) -> Verdict:
         if shape:
             raise _Stop(_fail("forward", None, shape, where=f"case \"{case.name}\""))
         tol = _tol(case.dtype)
-        problem = _mismatch("O", out, ref, **tol)
+        problem = testing.mismatch("O", out, ref, **tol)
         what = "O"
         if problem is None:
-            problem = _mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
+            problem = testing.mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
             what = "the LSE"
         if problem is None:
             continue

@@ -27,6 +27,20 @@ TOLERANCES = {
 # The LSE is float32 whatever the input dtype; its scores come from exact products.
 LSE_TOLERANCE = dict(atol=1e-3, rtol=1e-4)
 
+# Gradients against float64 autograd, as a relative error in the Frobenius
+# norm: fp32 products are exact to ~1e-7; fp16 rounds P and dS before each
+# product. The absolute floor (per entry, RMS) is for gradients that are
+# exactly zero, as with a single key (N = 1).
+GRAD_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2}
+GRAD_ABS_FLOOR = {torch.float32: 1e-6, torch.float16: 1e-4}
+
+
+def gradient_error(got, ref, dtype):
+    """(error, bound): the gradient ``got`` is right when error <= bound."""
+    err = (got.detach().double().cpu() - ref).norm().item()
+    return err, GRAD_TOLERANCE[dtype] * ref.norm().item() + GRAD_ABS_FLOOR[dtype] * ref.numel() ** 0.5
+
+
 LAYOUTS = ("contiguous", "bnhd", "strided")
 """Memory layouts of the inputs:
 contiguous  torch's default for [B, H, N, D];
