@@ -12,6 +12,7 @@ The public API dispatches to the graded modules chosen by
 from gqa_flash import runtime  # first: sets TRITON_INTERPRET when there is no GPU
 from gqa_flash.api import (
     flash_attention,
+    fast_attention_backward,
     flash_attention_backward,
     fast_attention_forward,
     flash_attention_forward,
@@ -31,6 +32,7 @@ __all__ = [
     "flash_attention_forward",
     "fast_attention_forward",
     "flash_attention",
+    "fast_attention_backward",
     "flash_attention_backward",
     "reference_attention",
     "reference_gradients",

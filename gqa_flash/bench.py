@@ -18,9 +18,10 @@ matrix products of 2 * N^2 * D each per head), halved when causal. Every
 launch processes 16k tokens (B = 16384 // N), as the anchors in DESIGN.md do.
 
 ``--backward`` times the backward pass instead (the gradients of Q, K and V
-given dO, after one forward): the course's backward kernels
-(``course_backward``, through ``gqa_flash.flash_attention``) against SDPA's
-backends, with FLOPs counted as 2.5 times the forward's.
+given dO, after one forward): the course's backward kernels through
+``gqa_flash.flash_attention`` (``course_graded``: solutions/backward.py;
+``course_fast``: gqa_flash/fast_backward.py) against SDPA's backends, with
+FLOPs counted as 2.5 times the forward's.
 
 On a machine with no GPU it says that timings need one and exits cleanly.
 """
@@ -150,7 +151,8 @@ def backward_providers():
         def prepare(q, k, v, causal):
             q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
             o = forward(q, k, v, causal)
-            do = torch.randn_like(o)
+            gen = torch.Generator(device=o.device).manual_seed(1)  # the same dO for every provider
+            do = torch.randn(o.shape, dtype=o.dtype, device=o.device, generator=gen)
             return lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
 
         return prepare
@@ -168,8 +170,9 @@ def backward_providers():
         return prepare
 
     return {
-        "course_backward": prepared(lambda q, k, v, causal: gqa_flash.flash_attention(q, k, v, causal=causal)),
-        "sdpa_default": prepared(sdpa()),
+        "sdpa_default": prepared(sdpa()),  # first: the reference for the others' errors and ratios
+        "course_graded": prepared(lambda q, k, v, causal: gqa_flash.flash_attention(q, k, v, causal=causal)),
+        "course_fast": prepared(lambda q, k, v, causal: gqa_flash.flash_attention(q, k, v, causal=causal, fast=True)),
         "sdpa_flash": sdpa_backend_pinned(SDPBackend.FLASH_ATTENTION),
         "sdpa_cudnn": sdpa_backend_pinned(SDPBackend.CUDNN_ATTENTION),
     }

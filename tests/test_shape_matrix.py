@@ -65,7 +65,11 @@ def test_gradients_match_float64_autograd(case, seed):
     (hq, hkv), n, d, dtype, layout, causal, b = case
     q, k, v = (t.requires_grad_(True) for t in random_qkv(b, hq, hkv, n, d, dtype=dtype, layout=layout, seed=seed))
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q.device, dtype)
-    gqa_flash.flash_attention(q, k, v, causal=causal).backward(do)
-    for name, t, ref in zip("QKV", (q, k, v), gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
-        err, bound = gradient_error(t.grad, ref, dtype)
-        assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"
+    refs = gqa_flash.reference_gradients(q, k, v, do, causal=causal)
+    for fast in (False, True):  # the graded kernels, then the fast ones
+        for t in (q, k, v):
+            t.grad = None
+        gqa_flash.flash_attention(q, k, v, causal=causal, fast=fast).backward(do)
+        for name, t, ref in zip("QKV", (q, k, v), refs):
+            err, bound = gradient_error(t.grad, ref, dtype)
+            assert err <= bound, f"{'fast ' if fast else ''}d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"

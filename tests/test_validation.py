@@ -150,3 +150,16 @@ def test_online_softmax_arguments():
 def test_merge_states_shapes_must_agree():
     a = torch.zeros(3)
     expect(ValueError, r"share one shape.*m_b \[4\]", gqa_flash.merge_softmax_states, a, a, torch.zeros(4), a)
+
+
+@pytest.mark.parametrize("backward", [gqa_flash.flash_attention_backward, gqa_flash.fast_attention_backward],
+                         ids=["graded", "fast"])
+def test_backward_checks_its_extra_arguments(backward):
+    q, k, v = qkv(dtype=runtime.default_dtype())
+    o, lse, do = torch.zeros_like(q), torch.zeros(q.shape[:3], device=q.device), torch.zeros_like(q)
+    expect(ValueError, r"o must have q's shape \[1, 4, 8, 16\]; got \[1, 4, 8, 8\]", backward, q, k, v, o[..., :8], lse, do)
+    expect(ValueError, r"do must have q's shape", backward, q, k, v, o, lse, do[:, :2])
+    expect(ValueError, r"lse must be \[batch, q_heads, seq\] = \[1, 4, 8\]; got \[1, 4, 7\]", backward, q, k, v, o,
+           lse[..., :7], do)
+    empty = [t[:, :, :0] for t in (q, k, v, o, lse, do)]
+    assert all(g.shape[2] == 0 for g in backward(*empty))

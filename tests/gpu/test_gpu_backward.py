@@ -18,13 +18,14 @@ CASES = [
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("fast", [False, True], ids=["graded", "fast"])
 @pytest.mark.parametrize("case", CASES, ids=[f"h{c[1]}:{c[2]}-n{c[3]}-d{c[4]}-{str(c[5])[6:]}" for c in CASES])
-def test_gradients_on_gpu(case, seed):
+def test_gradients_on_gpu(case, fast, seed):
     b, hq, hkv, n, d, dtype, causal, tol = case
     q, k, v = (t.requires_grad_(True) for t in random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda"))
     do = torch.randn(q.shape, device="cuda", dtype=dtype)
-    gqa_flash.flash_attention(q, k, v, causal=causal).backward(do)
+    gqa_flash.flash_attention(q, k, v, causal=causal, fast=fast).backward(do)
     for name, t, ref in zip("QKV", (q, k, v), gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
         rel = ((t.grad.double().cpu() - ref).norm() / ref.norm()).item()
-        print(f"\n{case[:7]} d{name}: relative error {rel:.2e}")
+        print(f"\n{'fast' if fast else 'graded'} {case[:7]} d{name}: relative error {rel:.2e}")
         assert rel <= tol

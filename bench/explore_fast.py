@@ -1,0 +1,120 @@
+"""Device exploration (developers): the fast kernels' tile configs, one run.
+
+    python bench/explore_fast.py OUT_DIR [fwd] [bwd]
+
+bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
+Forward: SDPA default, the graded and fast kernels autotuned, then the fast
+kernel at fixed configs, with and without a warp-specialized key loop.
+Backward: SDPA default, the graded and fast backward autotuned, then the fast
+backward at fixed configs. Every variant is checked against SDPA before it is
+timed. Writes OUT_DIR/explore_fast.csv.
+"""
+
+import csv
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+import gqa_flash
+from gqa_flash import fast_backward, fast_forward, impl
+
+FWD = [  # BLOCK_M, BLOCK_N, warps, stages, warp-specialized
+    (128, 128, 8, 3, False), (128, 128, 8, 3, True), (128, 64, 8, 3, False), (128, 64, 8, 3, True),
+    (128, 64, 8, 4, False), (256, 64, 8, 3, False), (256, 64, 16, 3, False), (256, 64, 8, 2, False),
+    (256, 128, 16, 2, False), (256, 128, 8, 2, False),
+]
+BWD = [  # BLOCK_M, BLOCK_N, warps, stages, dQ added by the copy engine (else one atomic per element)
+    (64, 128, 8, 2, True), (64, 128, 8, 2, False), (64, 128, 8, 3, True), (64, 64, 4, 2, True), (32, 64, 4, 2, True),
+    (32, 128, 8, 2, True),
+]
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def bench(fn):
+    return do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def main(out_dir, parts=("fwd", "bwd")):
+    rows = []
+    graded = impl.load("forward", "solutions")
+
+    def record(kind, name, d, n, ms, flops, base, err):
+        rows.append(dict(kind=kind, provider=name, d=d, n=n, ms=ms, tflops=flops / ms * 1e-9, ratio=base / ms, err=err))
+        print(f"{kind} d={d:4d} n={n:6d} {name:34s} {ms:8.4f} ms {flops / ms * 1e-9:6.1f} TFLOP/s "
+              f"x{base / ms:.3f} err {err:.1e}", flush=True)
+
+    for d in (64, 128) if "fwd" in parts else ():
+        for n in (1024, 4096, 16384):
+            b, hq, hkv = 16384 // n, 32, 8
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
+            flops = 4 * b * hq * n * n * d / 2
+            ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            base = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+            record("fwd", "sdpa_default", d, n, base, flops, base, 0.0)
+            variants = [("graded_autotuned", lambda: graded.flash_attention_forward(q, k, v, causal=True)),
+                        ("fast_autotuned", lambda: fast_forward.fast_attention_forward(q, k, v, causal=True))]
+            for bm, bn, w, st, ws in FWD:
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPECIALIZE=ws)
+                variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_ws' if ws else ''}",
+                                 lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg)))
+            for name, fn in variants:
+                try:
+                    err = rel(fn(), ref)
+                    ms = bench(fn) if err < 2e-2 else float("nan")
+                    record("fwd", name, d, n, ms, flops, base, err)
+                except Exception as e:
+                    print(f"fwd d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                    if "autotuned" in name:
+                        traceback.print_exc()
+            del q, k, v, ref
+
+    for d in (64, 128) if "bwd" in parts else ():
+        for n in (1024, 4096, 16384):
+            b, hq, hkv = 16384 // n, 32, 8
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
+            do = torch.randn(b, hq, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            flops = 2.5 * 4 * b * hq * n * n * d / 2
+            qr, kr, vr = (t.detach().requires_grad_(True) for t in (q, k, v))
+            o_ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True, enable_gqa=True)
+            ref = torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True)
+            base = bench(lambda: torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True))
+            record("bwd", "sdpa_default", d, n, base, flops, base, 0.0)
+            o, lse = fast_forward.fast_attention_forward(q, k, v, causal=True, return_lse=True)
+            variants = [
+                ("graded_autotuned", lambda: gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=True)),
+                ("fast_autotuned", lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True)),
+            ]
+            for bm, bn, w, st, bulk in BWD:
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, DQ_BULK_ADD=bulk)
+                variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_bulk' if bulk else '_atomic'}",
+                                 lambda cfg=cfg: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True,
+                                                                                      config=cfg)))
+            for name, fn in variants:
+                try:
+                    err = max(rel(g, r) for g, r in zip(fn(), ref))
+                    ms = bench(fn) if err < 5e-2 else float("nan")
+                    record("bwd", name, d, n, ms, flops, base, err)
+                except Exception as e:
+                    print(f"bwd d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                    if "autotuned" in name:
+                        traceback.print_exc()
+            del q, k, v, do, o, lse, qr, kr, vr, o_ref, ref
+
+    path = Path(out_dir) / f"explore_fast_{'_'.join(parts)}.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], tuple(sys.argv[2:]) or ("fwd", "bwd"))
