@@ -199,13 +199,15 @@ def run_backward(cases, out_path: Path, log=print) -> list[dict]:
                     ms = do_bench(step, warmup=25, rep=100, return_mode="median") if status == "ok" else math.nan
                 except torch.OutOfMemoryError:
                     ms, err, status = math.nan, math.nan, "out of memory"
+                except Exception as e:  # reported, and the sweep goes on
+                    ms, err, status = math.nan, math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
                 if name == "sdpa_default":
                     base_ms = ms
                 row = dict(
                     provider=name, dtype=str(case.dtype).replace("torch.", ""), causal=case.causal,
                     head_dim=case.head_dim, seq_len=case.seq_len, batch=case.batch, q_heads=case.q_heads,
                     kv_heads=case.kv_heads, ms_median=round(ms, 4), tflops=round(2.5 * case.flops / ms * 1e-9, 1),
-                    ratio_to_sdpa_default=round(base_ms / ms, 3), peak_mem_mib=math.nan,
+                    ratio_to_sdpa_default=round(base_ms / ms, 3) if base_ms else math.nan, peak_mem_mib=math.nan,
                     rel_err_vs_sdpa=f"{err:.2e}", status=status,
                     flops_counted_as="2.5 * 4*B*Hq*N^2*D" + (" / 2 (causal)" if case.causal else ""), **env,
                 )
@@ -269,6 +271,8 @@ def measure(fn, q, k, v, causal, expected):
         out, peak = _peak_memory(fn, q, k, v, causal)
     except torch.OutOfMemoryError:
         return math.nan, math.nan, math.nan, "out of memory"
+    except Exception as e:  # a kernel that does not compile here: reported, and the sweep goes on
+        return math.nan, math.nan, math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
     err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
     del out
     if not err < 2e-2:  # NaN fails too
@@ -352,6 +356,28 @@ def memory_sweep(out_path: Path, log=print) -> list[dict]:
     return rows
 
 
+def ceilings(out_path: Path, log=print) -> dict:
+    """The roofline's two ceilings on this GPU: a bf16 matrix product's TFLOP/s and a copy's TB/s."""
+    from triton.testing import do_bench
+
+    n = 8192
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    matmul_ms = do_bench(lambda: a @ b, warmup=25, rep=200, return_mode="median")
+    src = torch.empty(2**30, device="cuda", dtype=torch.uint8)  # 1 GiB, far beyond L2
+    dst = torch.empty_like(src)
+    copy_ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+    row = dict(matmul_bf16_tflops=round(2 * n**3 / matmul_ms * 1e-9, 1),
+               copy_tbps=round(2 * src.numel() / copy_ms * 1e-9, 2),  # read + write
+               matmul="8192^3 bf16 torch.matmul", copy="1 GiB device-to-device, bytes read + written",
+               **environment())
+    with open(out_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    log(f"ceilings: matmul {row['matmul_bf16_tflops']} TFLOP/s, copy {row['copy_tbps']} TB/s")
+    return row
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gqa_flash.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", choices=["main", "extra", "all"], default="main")
@@ -360,10 +386,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench_forward.csv"), help="the CSV to write")
     parser.add_argument("--memory", type=Path, default=None, help="also sweep peak memory into this CSV")
     parser.add_argument("--backward", action="store_true", help="time the backward pass instead")
+    parser.add_argument("--ceilings", type=Path, default=None,
+                        help="only measure the roofline's matmul and copy ceilings, into this CSV")
     args = parser.parse_args(argv)
     if runtime.DEVICE.type != "cuda":
         print("gqa_flash.bench: timings need a CUDA GPU; this machine runs kernels in Triton's interpreter "
               "(see notebooks/ for the committed H200 measurements). Nothing to do.")
+        return 0
+    if args.ceilings:
+        ceilings(args.ceilings)
         return 0
     if args.backward:
         cases = [Case(torch.bfloat16, True, d, n) for d in (64, 128) for n in (1024, 4096, 16384)]

@@ -190,7 +190,8 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
     else:
         kernel, config = _kernel(), {}
-    bulk_add = config.pop("DQ_BULK_ADD", not runtime.INTERPRETER)
+    # The copy engine's add needs a GPU and a Triton that has descriptor atomics.
+    bulk_add = config.pop("DQ_BULK_ADD", not runtime.INTERPRETER and hasattr(tl.tensor_descriptor, "atomic_add"))
     grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,)  # noqa: E731
     kernel[grid](
         *descs.values(), dq, lse, delta, sm_scale, seq_len, batch, n_q_heads, n_kv_heads,

@@ -137,7 +137,7 @@ def _config(bm, bn, warps, stages, ws=False):
 CONFIGS = [
     _config(bm, bn, w, st, ws) for bm, bn, w, st, ws in [
         (128, 128, 8, 3, False), (128, 128, 8, 3, True), (128, 64, 8, 3, False), (128, 64, 4, 3, False),
-        (64, 64, 4, 3, False), (64, 32, 4, 2, False),
+        (64, 64, 4, 3, False), (64, 32, 4, 2, False), (256, 64, 8, 3, False),
     ]
 ]
 

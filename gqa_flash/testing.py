@@ -98,6 +98,28 @@ def random_qkv(
     return q, k, v
 
 
+def peaked_qkv(seed=0, block=16, seq_len=None, batch=1, n_q_heads=4, n_kv_heads=2, head_dim=16, device=None):
+    """Inputs whose attention is sharply peaked: the first ``block`` keys score
+    about +100 against every query and all later keys about -100 (the default
+    scale, head_dim 16), plus random noise. A softmax that lets its running max
+    fall to a later block's max rescales by exp(200): float32 overflows.
+    ``seq_len`` defaults to 2.5 blocks (a ragged tail)."""
+    device = device or runtime.DEVICE
+    seq_len = seq_len or block * 5 // 2
+    gen = torch.Generator().manual_seed(seed)
+    direction = torch.ones(head_dim) * (25.0 / head_dim**0.5) ** 0.5  # |direction|^2 * scale = 25
+    sign = torch.where(torch.arange(seq_len) < block, 2.0, -2.0).view(1, 1, -1, 1)
+
+    def noise(heads):
+        return 0.5 * torch.randn(batch, heads, seq_len, head_dim, generator=gen)
+
+    q = 2.0 * direction + noise(n_q_heads)
+    k = sign * direction + noise(n_kv_heads)
+    v = torch.randn(batch, n_kv_heads, seq_len, head_dim, generator=gen)
+    v += torch.arange(n_kv_heads, dtype=torch.float32).view(1, -1, 1, 1)
+    return tuple(t.to(device) for t in (q, k, v))
+
+
 @dataclass
 class Mismatch:
     """Where an output first differs from the reference, and by how much."""

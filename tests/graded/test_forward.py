@@ -9,11 +9,11 @@ import torch
 
 import gqa_flash
 from gqa_flash.reference import reference_attention
-from gqa_flash.testing import assert_lse_matches, assert_matches, kernel_only, random_qkv
+from gqa_flash.testing import assert_lse_matches, assert_matches, kernel_only, peaked_qkv, random_qkv
 
 
-def check(seed, causal=True, sm_scale=None, dtype=torch.float32, layout="contiguous", lse=False, **shape):
-    q, k, v = random_qkv(dtype=dtype, layout=layout, seed=seed, **shape)
+def check(seed, causal=True, sm_scale=None, dtype=torch.float32, layout="contiguous", lse=False, qkv=None, **shape):
+    q, k, v = qkv if qkv is not None else random_qkv(dtype=dtype, layout=layout, seed=seed, **shape)
     # The kernel must do the work: PyTorch's attention, softmax and matmuls are
     # off limits inside, and at least one Triton kernel must be launched.
     with kernel_only() as launches:
@@ -22,7 +22,7 @@ def check(seed, causal=True, sm_scale=None, dtype=torch.float32, layout="contigu
     ref, ref_lse = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
     ctx = (
         f"seed {seed}, shape {list(q.shape)} with {k.shape[1]} KV heads, causal={causal}, "
-        f"{str(dtype).replace('torch.', '')}, layout {layout}"
+        f"{str(q.dtype).replace('torch.', '')}, layout {layout}"
     )
     if lse:
         assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
@@ -34,7 +34,7 @@ def check(seed, causal=True, sm_scale=None, dtype=torch.float32, layout="contigu
     assert_matches("O", out, ref, dtype, ctx)
 
 
-@pytest.mark.points(4)
+@pytest.mark.points(3)
 @pytest.mark.timeout(120)
 def test_forward_causal_mha(seed):
     check(seed, causal=True, batch=1, n_q_heads=2, n_kv_heads=2, seq_len=64, head_dim=32)
@@ -58,7 +58,8 @@ def test_forward_mqa_one_kv_head(seed):
 @pytest.mark.points(4)
 @pytest.mark.timeout(120)
 def test_forward_non_causal(seed):
-    check(seed, causal=False, batch=1, n_q_heads=4, n_kv_heads=2, seq_len=64, head_dim=32)
+    # 57 keys: the last key block is partly padding, which must be masked.
+    check(seed, causal=False, batch=1, n_q_heads=4, n_kv_heads=2, seq_len=57, head_dim=32)
 
 
 @pytest.mark.points(5)
@@ -70,7 +71,7 @@ def test_forward_ragged_seq_len(seed, seq_len, causal):
     check(seed, causal=causal, batch=1, n_q_heads=2, n_kv_heads=1, seq_len=seq_len, head_dim=16)
 
 
-@pytest.mark.points(4)
+@pytest.mark.points(3)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("head_dim", [16, 80, 96, 128])
 def test_forward_head_dims(seed, head_dim):
@@ -87,12 +88,12 @@ def test_forward_non_contiguous_strides(seed, layout):
     check(seed, causal=True, layout=layout, batch=2, n_q_heads=4, n_kv_heads=2, seq_len=33, head_dim=32)
 
 
-@pytest.mark.points(5)
+@pytest.mark.points(4)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("causal", [True, False])
 def test_forward_lse_natural_log(seed, causal):
     # The LSE the backward pass needs: natural log, float32, [B, Hq, N].
-    check(seed, causal=causal, lse=True, batch=1, n_q_heads=4, n_kv_heads=2, seq_len=48, head_dim=16)
+    check(seed, causal=causal, lse=True, batch=1, n_q_heads=4, n_kv_heads=2, seq_len=45, head_dim=16)
 
 
 @pytest.mark.points(3)
@@ -115,3 +116,13 @@ def test_forward_custom_sm_scale(seed, sm_scale):
 def test_forward_batch_of_three(seed):
     # Programs of different batches must not mix: batch b starts at b * stride_qb.
     check(seed, causal=True, batch=3, n_q_heads=2, n_kv_heads=1, seq_len=24, head_dim=16)
+
+
+@pytest.mark.points(3)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("causal", [True, False])
+def test_forward_peaked_scores(seed, causal):
+    # Sharply peaked attention: the scores of the first 64 keys are about 200
+    # above all later ones. The running max must never fall (exp2 of a
+    # rescale factor of 2^288 overflows), and the LSE must carry the max.
+    check(seed, causal=causal, lse=True, qkv=peaked_qkv(seed=seed, block=64))
