@@ -15,8 +15,18 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "notebooks" / "data"
 # Ceilings measured on one H200 of the lent machines (device tool, KINDS.md,
 # 2026-10-28 and 2026-11-04): an 8192^3 bf16 matrix product through PyTorch on
 # random data, and a large device-to-device copy counting bytes read + written.
+# ``python -m gqa_flash.bench --ceilings`` measures them again (read_ceilings).
 H200_MATMUL_TFLOPS = 788.0
 H200_COPY_TBPS = 4.3
+
+
+def read_ceilings(path) -> tuple[float, float]:
+    """(matmul TFLOP/s, copy TB/s) from a ``bench --ceilings`` CSV; the constants above if it is missing."""
+    global H200_MATMUL_TFLOPS, H200_COPY_TBPS
+    if Path(path).exists():
+        row = read(path)[0]
+        H200_MATMUL_TFLOPS, H200_COPY_TBPS = float(row["matmul_bf16_tflops"]), float(row["copy_tbps"])
+    return H200_MATMUL_TFLOPS, H200_COPY_TBPS
 
 STYLE = {
     "course_fast": dict(color="tab:red", marker="o", label="course: fast kernel"),
@@ -130,4 +140,27 @@ def ratio_table(rows, providers=("course_graded", "course_fast", "sdpa_flash", "
                 r = cells.get((p, d, n))
                 vals.append(f"{float(r['ratio_to_sdpa_default']):8.2f}" if r and r["status"] == "ok" else f"{'-':>8s}")
             lines.append(f"{p:15s} {d:4d} " + " ".join(vals))
+    return "\n".join(lines)
+
+
+def case_label(r) -> str:
+    """A short name for a benchmark row's case: dtype, mask, heads and head dim."""
+    heads = {"32": "MHA 32:32", "1": "MQA 32:1"}.get(r["kv_heads"], f"GQA 32:{r['kv_heads']}")
+    mask = "causal" if r["causal"] == "True" else "non-causal"
+    return f"{r['dtype']:8s} {mask:10s} {heads:9s} D={int(r['head_dim']):3d}"
+
+
+def case_table(rows, providers=("course_graded", "course_fast", "sdpa_flash")) -> str:
+    """Ratio to SDPA's default for every case of a sweep, one line per (case, N)."""
+    keys = sorted({(case_label(r), int(r["seq_len"])) for r in rows})
+    cells = {(case_label(r), int(r["seq_len"]), r["provider"]): r for r in rows}
+    lines = [f"{'case':42s} {'N':>6s} {'SDPA TFLOP/s':>13s} " + " ".join(f"{p:>14s}" for p in providers)]
+    for label, n in keys:
+        base = cells.get((label, n, "sdpa_default"))
+        vals = []
+        for p in providers:
+            r = cells.get((label, n, p))
+            vals.append(f"{float(r['ratio_to_sdpa_default']):14.2f}" if r and r["status"] == "ok" else f"{'-':>14s}")
+        tf = f"{float(base['tflops']):13.0f}" if base and base["status"] == "ok" else f"{'-':>13s}"
+        lines.append(f"{label:42s} {n:6d} {tf} " + " ".join(vals))
     return "\n".join(lines)
