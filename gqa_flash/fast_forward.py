@@ -24,7 +24,10 @@ changes that the performance notebook measures one by one:
    scale into the subtraction the online softmax needs anyway, and
    ``tl.dot(p, v, acc)`` accumulates into ``acc`` in place.
 4. Autotuned tiles, including 128 x 128, which the graded kernel's masked
-   loads make too costly.
+   loads make too costly, and on Hopper a warp-specialized key loop
+   (``tl.range(..., warp_specialize=True)``: Triton gives loads, matrix
+   products and the softmax their own warps) as one more candidate. Only the
+   unmasked phase uses it: the diagonal blocks are few.
 
 It needs a last dimension with stride 1 and 16-byte aligned rows (the copy
 engine's rules); other layouts fall back to the graded kernel. It runs in the
