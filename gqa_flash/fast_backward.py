@@ -12,7 +12,9 @@ head of its group, so dK and dV are summed in registers. What changes:
    dS @ K, and adds it into an fp32 dQ buffer with atomic adds; every key
    block of the row adds its share. The price: additions arrive in no fixed
    order, so dQ can differ in its last bits from run to run (dK and dV
-   cannot: they are summed in registers in a fixed order).
+   cannot: they are summed in registers in a fixed order), and the atomics
+   themselves: on the H200 this wins at head_dim 64 and loses to the graded
+   backward at 128 (bench/NOTES.md).
 2. Masks only where they matter. Under the causal mask, the query blocks
    that overlap this key block (the diagonal) need the mask; every later
    query block sees the whole key block. Padding rows need no mask at all:
@@ -190,8 +192,9 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
     else:
         kernel, config = _kernel(), {}
-    # The copy engine's add needs a GPU and a Triton that has descriptor atomics.
-    bulk_add = config.pop("DQ_BULK_ADD", not runtime.INTERPRETER and hasattr(tl.tensor_descriptor, "atomic_add"))
+    # DQ_BULK_ADD=True (a GPU only) lets the copy engine add each dQ tile in one bulk reduce; not yet
+    # measured on the H200 (bench/NOTES.md), so the measured per-element atomics are the default.
+    bulk_add = config.pop("DQ_BULK_ADD", False)
     grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,)  # noqa: E731
     kernel[grid](
         *descs.values(), dq, lse, delta, sm_scale, seq_len, batch, n_q_heads, n_kv_heads,

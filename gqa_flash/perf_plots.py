@@ -127,8 +127,9 @@ def plot_roofline(rows, ax):
     ax.grid(alpha=0.3, which="both")
 
 
-def ratio_table(rows, providers=("course_graded", "course_fast", "sdpa_flash", "sdpa_cudnn")) -> str:
-    """Ratio to SDPA's default backend, by head dim and N, as a text table."""
+def ratio_table(rows, providers=("course_graded", "course_fast", "sdpa_flash", "sdpa_cudnn"),
+                column="ratio_to_sdpa_default") -> str:
+    """Ratio to SDPA's default backend (or another column, e.g. "tflops"), by head dim and N, as a text table."""
     cells = {(r["provider"], int(r["head_dim"]), int(r["seq_len"])): r for r in rows}
     dims = sorted({int(r["head_dim"]) for r in rows})
     lens = sorted({int(r["seq_len"]) for r in rows})
@@ -138,7 +139,7 @@ def ratio_table(rows, providers=("course_graded", "course_fast", "sdpa_flash", "
             vals = []
             for n in lens:
                 r = cells.get((p, d, n))
-                vals.append(f"{float(r['ratio_to_sdpa_default']):8.2f}" if r and r["status"] == "ok" else f"{'-':>8s}")
+                vals.append(f"{float(r[column]):8.2f}" if r and r["status"] == "ok" else f"{'-':>8s}")
             lines.append(f"{p:15s} {d:4d} " + " ".join(vals))
     return "\n".join(lines)
 

@@ -169,9 +169,51 @@ md(r"""
 Both runs start from the same weights and see the same batches, so any difference comes from the attention
 gradients alone. In fp32 the two curves agree to about $10^{-6}$: the kernels compute the same function and
 the same gradients as PyTorch, in $O(N)$ memory.
+
+## How fast is it?
+
+Measured on an H200 (`bench/explore_fast.py`, the file in `notebooks/data/`; `python -m gqa_flash.bench
+--backward` makes the same comparison): the time of one backward pass (dQ, dK and dV given dO and the
+forward's O and LSE), bf16, causal, 32 query heads on 8 KV heads, 16k tokens a launch, against SDPA's
+default backward (cuDNN) on the same inputs and the same dO. The FLOPs are counted as 2.5 times the forward's: the backward does five matrix
+products per tile ($S$ again, $dV$, $dP$, $dK$, $dQ$) where the forward does two.
+
+Two course kernels: the one you wrote (`course_graded`: three kernels, $dQ$ in its own pass, so $S$ and
+$dP$ are computed twice: seven products per tile instead of five) and `gqa_flash/fast_backward.py`
+(`course_fast`: one pass that adds each tile's share of $dQ$ into an fp32 buffer with atomic adds, and
+masks only the diagonal blocks). `gqa_flash.flash_attention(q, k, v, fast=True)` trains with the fast
+kernels.
+"""),
+code(r"""
+from gqa_flash import perf_plots as pp
+
+runs = [r for r in pp.read(pp.DATA_DIR / "h200_explore_fast_2026-12-02.csv") if r["kind"] == "bwd"]
+by = {(r["provider"], int(r["d"]), int(r["n"])): float(r["tflops"]) for r in runs}
+print("H200, bf16, causal, GQA 32:8; TFLOP/s counted as 2.5x the forward's FLOPs; (ratio to SDPA)")
+print(f"{'D':>4s} {'N':>6s} {'SDPA default':>13s} {'course graded':>15s} {'course fast':>15s}")
+for d, n in sorted({(int(r["d"]), int(r["n"])) for r in runs}):
+    base = by[("sdpa_default", d, n)]
+    cols = [f"{by[(p, d, n)]:6.0f} ({by[(p, d, n)] / base:4.2f})" for p in ("graded_autotuned", "fast_autotuned")]
+    print(f"{d:4d} {n:6d} {base:13.0f} " + " ".join(f"{c:>15s}" for c in cols))
+"""),
+md(r"""
+BACKWARD_NARRATIVE
 """),
 ]
 nb = nbf.v4.new_notebook()
 nb["cells"] = cells
 nb["metadata"]["kernelspec"] = {"display_name": "Python 3 (gqa-flash)", "language": "python", "name": "python3"}
+BACKWARD_NARRATIVE = """
+Your kernels are within reach of cuDNN's on short sequences (0.98× at head_dim 64, 0.83× at 128, N = 1024)
+and reach 0.65–0.73× at N ≥ 4096, where cuDNN's warp-specialised Hopper kernel pulls ahead: 270–360
+TFLOP/s. That is 1.1–1.25× PyTorch's own FlashAttention-2 backward (225–308 TFLOP/s on the same shapes in a
+separate H200 run), but short of the course's target of 0.8× cuDNN. Most of the gap is the
+two products the separate dQ pass computes again. The fast kernel removes them, and pays in atomics: it
+gains at head_dim 64 (0.69× against 0.65× at 16k) and loses at 128, where the only tile that fits in
+registers is 64 × 128 and 8192 single-element atomic adds per tile queue up in L2. Letting the copy engine
+add each dQ tile in one bulk reduce (`DQ_BULK_ADD=True` in `fast_backward.py`) is the next thing to measure.
+"""
+for c in cells:
+    if c["cell_type"] == "markdown":
+        c["source"] = c["source"].replace("BACKWARD_NARRATIVE", BACKWARD_NARRATIVE.strip())
 nbf.write(nb, "notebooks/06_backward_and_training.ipynb")
