@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The committed H200 measurements in one device call (under 10 minutes), most needed first:
 # roofline ceilings, backward, forward main sweep, the extra forward sweep and peak memory, then
-# notebooks 05 and 06 under nbval. Needs the Jupyter wheels: bash ../shared/device/jupyter-wheels.sh,
+# notebooks 05 and 06 executed on the GPU. Needs the Jupyter wheels: bash ../shared/device/jupyter-wheels.sh,
 # then carry .whl. Each step gets what is left of the budget, so a slow step cuts the later ones short.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 GQA_FLASH_IMPL=solutions PYTHONPATH=$PWD
@@ -19,12 +19,8 @@ step 200 python3 -m gqa_flash.bench --sweep extra --providers $P --out $OUT/benc
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD
 python3 -m ipykernel install --user --name python3 >/dev/null
-# The notebooks read the committed CSVs: put this run's there under the names they use, regenerate
-# notebooks 05 and 06, and execute them on the GPU (nbval then runs them on a CPU, in make test).
-for f in bench_forward_main bench_forward_extra bench_memory bench_backward ceilings; do
-  [ -f $OUT/$f.csv ] && cp $OUT/$f.csv notebooks/data/h200_${f}_2026-12-02_run2.csv
-done
-python3 tools/make_performance_notebook.py && python3 tools/make_backward_notebook.py
+# Execute notebooks 05 and 06 as committed (they read the committed CSVs) on the GPU; nbval runs
+# them on a CPU in make test.
 step 150 python3 - <<'PY' 2>&1 | tee $OUT/notebooks_gpu.log
 import nbformat, time
 from nbclient import NotebookClient
