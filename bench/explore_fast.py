@@ -28,8 +28,7 @@ FWD = [  # BLOCK_M, BLOCK_N, warps, stages, warp-specialized
     (256, 128, 16, 2, False), (256, 128, 8, 2, False),
 ]
 BWD = [  # BLOCK_M, BLOCK_N, warps, stages, dQ added by the copy engine (else one atomic per element)
-    (64, 128, 8, 2, True), (64, 128, 8, 2, False), (64, 128, 8, 3, True), (64, 64, 4, 2, True), (32, 64, 4, 2, True),
-    (32, 128, 8, 2, True),
+    (64, 128, 8, 2, True), (64, 128, 8, 2, False), (64, 128, 8, 3, True), (64, 64, 4, 2, True),
 ]
 
 
