@@ -403,7 +403,8 @@ def test_results_json_follows_gradescopes_format(graded):
 def test_the_table_names_each_part_and_its_verdict(graded):
     report, _ = graded["broken_parts"]
     text = grade.table(report)
-    assert "forward.py" in text and "40 / 40" in text and "passed (22 tests)" in text
+    n_forward = sum(1 for t in report.tests if t.part == "forward")
+    assert "forward.py" in text and "40 / 40" in text and f"passed ({n_forward} tests)" in text
     assert "all 8 tests: SyntaxError in online_softmax.py, line 1" in text
 
 
