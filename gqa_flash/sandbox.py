@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,12 +114,19 @@ def build(course: Course, dest: Path, submitted: dict[str, bytes]) -> None:
         _write(dest / "gqa_flash" / name, content)
 
 
-def remove(path: Path) -> None:
-    """Delete a copy, even one whose folders the submission made read-only."""
-    if not path.exists():
-        return
-    _unlock(path)
-    shutil.rmtree(path, ignore_errors=True)
+def remove(path: Path, patience_s: float = 10.0) -> None:
+    """Delete a copy, even one whose folders the submission made read-only.
+
+    A killed test run's processes can still be finishing a write when the
+    first attempt runs (SIGKILL is delivered, not awaited): try again for a
+    while until the folder is gone."""
+    deadline = time.monotonic() + patience_s
+    while path.exists():
+        _unlock(path)
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists() or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
 
 
 def _unlock(folder) -> None:
