@@ -49,6 +49,17 @@ def main(out_dir, parts=("fwd", "bwd")):
         print(f"{kind} d={d:4d} n={n:6d} {name:34s} {ms:8.4f} ms {flops / ms * 1e-9:6.1f} TFLOP/s "
               f"x{base / ms:.3f} err {err:.1e}", flush=True)
 
+    def measure(kind, variants, d, n, flops, base, error, tol):
+        """Check each variant (error of its output against the reference), then time the right ones."""
+        for name, fn in variants:
+            try:
+                err = error(fn())
+                record(kind, name, d, n, bench(fn) if err < tol else float("nan"), flops, base, err)
+            except Exception as e:  # out of shared memory, a compiler crash: reported, the run goes on
+                print(f"{kind} d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                if "autotuned" in name:
+                    traceback.print_exc()
+
     for d in (64, 128) if "fwd" in parts else ():
         for n in (1024, 4096, 16384):
             b, hq, hkv = 16384 // n, 32, 8
@@ -64,15 +75,7 @@ def main(out_dir, parts=("fwd", "bwd")):
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPECIALIZE=ws)
                 variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_ws' if ws else ''}",
                                  lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg)))
-            for name, fn in variants:
-                try:
-                    err = rel(fn(), ref)
-                    ms = bench(fn) if err < 2e-2 else float("nan")
-                    record("fwd", name, d, n, ms, flops, base, err)
-                except Exception as e:
-                    print(f"fwd d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                    if "autotuned" in name:
-                        traceback.print_exc()
+            measure("fwd", variants, d, n, flops, base, lambda out: rel(out, ref), 2e-2)
             del q, k, v, ref
 
     for d in (64, 128) if "bwd" in parts else ():
@@ -97,15 +100,7 @@ def main(out_dir, parts=("fwd", "bwd")):
                 variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_bulk' if bulk else '_atomic'}",
                                  lambda cfg=cfg: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True,
                                                                                       config=cfg)))
-            for name, fn in variants:
-                try:
-                    err = max(rel(g, r) for g, r in zip(fn(), ref))
-                    ms = bench(fn) if err < 5e-2 else float("nan")
-                    record("bwd", name, d, n, ms, flops, base, err)
-                except Exception as e:
-                    print(f"bwd d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                    if "autotuned" in name:
-                        traceback.print_exc()
+            measure("bwd", variants, d, n, flops, base, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
             del q, k, v, do, o, lse, qr, kr, vr, o_ref, ref
 
     path = Path(out_dir) / f"explore_fast_{'_'.join(parts)}.csv"

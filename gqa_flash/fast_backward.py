@@ -169,10 +169,9 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
     n_kv_heads = k.shape[1]
     if sm_scale is None:
         sm_scale = head_dim ** -0.5
-    if q.dtype == torch.float32 or not all(copy_engine_can_read(t) for t in (q, k, v, do)):
-        return impl.load("backward", "solutions").flash_attention_backward(
-            q, k, v, o, lse, do, causal=causal, sm_scale=sm_scale)
     graded = impl.load("backward", "solutions")
+    if q.dtype == torch.float32 or not all(copy_engine_can_read(t) for t in (q, k, v, do)):
+        return graded.flash_attention_backward(q, k, v, o, lse, do, causal=causal, sm_scale=sm_scale)
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     lse = lse.float().contiguous()
     delta = torch.empty_like(lse)
