@@ -4,13 +4,8 @@
 # notebooks 05 and 06 executed on the GPU. Needs the Jupyter wheels: bash ../shared/device/jupyter-wheels.sh,
 # then carry .whl. Each step gets what is left of the budget, so a slow step cuts the later ones short.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 GQA_FLASH_IMPL=solutions PYTHONPATH=$PWD
+BUDGET=${BUDGET:-500} source bench/device_lib.sh
 P=course_graded,course_fast,sdpa_default,sdpa_flash
-END=$((SECONDS + ${BUDGET:-500}))
-step() { local cap=$1; shift; local left=$((END - SECONDS)); [ $left -gt $cap ] && left=$cap
-         [ $left -gt 10 ] && timeout $left "$@"; }
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } | tee $OUT/env.txt
 step 40 python3 -m gqa_flash.bench --ceilings $OUT/ceilings.csv 2>&1 | tee $OUT/ceilings.log
 step 160 python3 -m gqa_flash.bench --backward --out $OUT/bench_backward.csv 2>&1 | tee $OUT/bench_backward.log
 step 120 python3 -m gqa_flash.bench --sweep main --providers $P --out $OUT/bench_forward_main.csv 2>&1 | tee $OUT/bench_main.log

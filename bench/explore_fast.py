@@ -4,7 +4,8 @@
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
-kernel at fixed configs, with and without a warp-specialized key loop.
+kernel at fixed configs: with and without a warp-specialized key loop, two
+query sub-tiles a program (ping-pong), and lazy rescaling.
 Backward: SDPA default, the graded and fast backward autotuned, then the fast
 backward at fixed configs. Every variant is checked against SDPA before it is
 timed. Writes OUT_DIR/explore_fast.csv.
@@ -22,10 +23,12 @@ from triton.testing import do_bench
 import gqa_flash
 from gqa_flash import fast_backward, fast_forward, impl
 
-FWD = [  # BLOCK_M, BLOCK_N, warps, stages, warp-specialized
-    (128, 128, 8, 3, False), (128, 128, 8, 3, True), (128, 64, 8, 3, False), (128, 64, 8, 3, True),
-    (128, 64, 8, 4, False), (256, 64, 8, 3, False), (256, 64, 16, 3, False), (256, 64, 8, 2, False),
-    (256, 128, 16, 2, False), (256, 128, 8, 2, False),
+FWD = [  # BLOCK_M, BLOCK_N, warps, stages, warp-specialized, query sub-tiles (ping-pong), lazy rescale
+    (128, 128, 8, 3, False, 1, False), (128, 128, 8, 3, True, 1, False), (128, 128, 8, 3, False, 1, True),
+    (128, 128, 8, 3, True, 1, True), (128, 64, 8, 3, False, 1, False), (128, 64, 8, 3, False, 1, True),
+    (256, 64, 8, 3, False, 1, False), (128, 64, 4, 3, False, 2, False), (128, 128, 4, 2, False, 2, False),
+    (256, 64, 8, 3, False, 2, False), (256, 128, 8, 2, False, 2, False), (256, 64, 8, 3, False, 2, True),
+    (128, 64, 4, 3, False, 2, True),
 ]
 BWD = [  # BLOCK_M, BLOCK_N, warps, stages, dQ added by the copy engine (else one atomic per element)
     (64, 128, 8, 2, True), (64, 128, 8, 2, False), (64, 128, 8, 3, True), (64, 64, 4, 2, True),
@@ -41,11 +44,15 @@ def bench(fn):
 
 
 def main(out_dir, parts=("fwd", "bwd")):
-    rows = []
     graded = impl.load("forward", "solutions")
+    out = open(Path(out_dir) / f"explore_fast_{'_'.join(parts)}.csv", "w", newline="")
+    writer = csv.DictWriter(out, fieldnames=["kind", "provider", "d", "n", "ms", "tflops", "ratio", "err"])
+    writer.writeheader()
 
     def record(kind, name, d, n, ms, flops, base, err):
-        rows.append(dict(kind=kind, provider=name, d=d, n=n, ms=ms, tflops=flops / ms * 1e-9, ratio=base / ms, err=err))
+        writer.writerow(dict(kind=kind, provider=name, d=d, n=n, ms=ms, tflops=flops / ms * 1e-9, ratio=base / ms,
+                             err=err))
+        out.flush()  # a run cut short by the time limit keeps what it measured
         print(f"{kind} d={d:4d} n={n:6d} {name:34s} {ms:8.4f} ms {flops / ms * 1e-9:6.1f} TFLOP/s "
               f"x{base / ms:.3f} err {err:.1e}", flush=True)
 
@@ -71,9 +78,11 @@ def main(out_dir, parts=("fwd", "bwd")):
             record("fwd", "sdpa_default", d, n, base, flops, base, 0.0)
             variants = [("graded_autotuned", lambda: graded.flash_attention_forward(q, k, v, causal=True)),
                         ("fast_autotuned", lambda: fast_forward.fast_attention_forward(q, k, v, causal=True))]
-            for bm, bn, w, st, ws in FWD:
-                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPECIALIZE=ws)
-                variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_ws' if ws else ''}",
+            for bm, bn, w, st, ws, sub, lazy in FWD:
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPECIALIZE=ws, SUBTILES=sub,
+                           LAZY_RESCALE=lazy)
+                variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_ws' if ws else ''}{'_sub2' if sub == 2 else ''}"
+                                 f"{'_lazy' if lazy else ''}",
                                  lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg)))
             measure("fwd", variants, d, n, flops, base, lambda out: rel(out, ref), 2e-2)
             del q, k, v, ref
@@ -103,11 +112,7 @@ def main(out_dir, parts=("fwd", "bwd")):
             measure("bwd", variants, d, n, flops, base, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
             del q, k, v, do, o, lse, qr, kr, vr, o_ref, ref
 
-    path = Path(out_dir) / f"explore_fast_{'_'.join(parts)}.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    out.close()
 
 
 if __name__ == "__main__":

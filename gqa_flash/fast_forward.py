@@ -43,28 +43,73 @@ from gqa_flash import impl, runtime
 
 
 @triton.jit
+def _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """Raw scores of one query tile against one key tile; -inf where a key is hidden."""
+    s = tl.dot(q, tl.trans(k))
+    if MASKED:
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        visible = offs_n[None, :] < SEQ_LEN
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(visible, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _fold(acc, l_i, m_i, s, v, qk_scale, LAZY_RESCALE: tl.constexpr):
+    """The online-softmax update: fold one tile of scores (and its values) into the state."""
+    m_tile = tl.max(s, 1) * qk_scale
+    if LAZY_RESCALE:
+        # Keep the old maximum until some row's grows by more than 8 (in log2 units): p stays
+        # <= 2^8, harmless in fp32 and bf16, and most tiles skip rescaling acc altogether.
+        # The branch is taken or skipped by the whole program (one scalar), so it costs no divergence.
+        if tl.max(m_tile - m_i, 0) > 8.0:
+            m_new = tl.maximum(m_i, m_tile)
+            alpha = tl.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+    else:
+        m_new = tl.maximum(m_i, m_tile)
+        alpha = tl.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+        m_i = m_new
+    p = tl.exp2(s * qk_scale - m_i[:, None])  # one FMA per score
+    l_i += tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, start, end, offs_m, qk_scale, SEQ_LEN,
             BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-            WARP_SPECIALIZE: tl.constexpr):
+            WARP_SPECIALIZE: tl.constexpr, LAZY_RESCALE: tl.constexpr):
     """Fold key blocks start..end (exclusive, in steps of BLOCK_N) into the state."""
     for start_n in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         # [BLOCK_N, HEAD_DIM_PAD] tiles; rows past SEQ_LEN and columns past HEAD_DIM come back as 0.
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-        s = tl.dot(q, tl.trans(k))
-        if MASKED:
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            visible = offs_n[None, :] < SEQ_LEN
-            if CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None])
-            s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        p = tl.exp2(s * qk_scale - m_new[:, None])  # one FMA per score
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+        s = _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N, MASKED, CAUSAL)
+        acc, l_i, m_i = _fold(acc, l_i, m_i, s, v, qk_scale, LAZY_RESCALE)
     return acc, l_i, m_i
+
+
+@triton.jit
+def _attend_pair(acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, start,
+                 end, qk_scale, SEQ_LEN, BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr,
+                 CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LAZY_RESCALE: tl.constexpr):
+    """``_attend`` for two query sub-tiles that share each key tile (the software ping-pong):
+    both score products are issued before either softmax, so the tensor cores can work on
+    one sub-tile while the exp2 units work on the other."""
+    for start_n in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+        v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+        s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, BLOCK_N, MASKED, CAUSAL)
+        s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, BLOCK_N, MASKED, CAUSAL)
+        acc0, l0, m0 = _fold(acc0, l0, m0, s0, v, qk_scale, LAZY_RESCALE)
+        acc1, l1, m1 = _fold(acc1, l1, m1, s1, v, qk_scale, LAZY_RESCALE)
+    return acc0, l0, m0, acc1, l1, m1
 
 
 @triton.jit
@@ -72,7 +117,7 @@ def _fast_forward_kernel(
     q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh,
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, SUBTILES: tl.constexpr, LAZY_RESCALE: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
     # One flat grid, decoded so that neighbours share a KV head:
@@ -92,44 +137,72 @@ def _fast_forward_kernel(
     q_head = kv_head * group_size + head_in_group
 
     q_start = q_block * BLOCK_M
-    offs_m = q_start + tl.arange(0, BLOCK_M)
-    q = q_desc.load([batch, q_head, q_start, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # log2(e)
-
     if CAUSAL:
         phase1_end = q_start
         phase2_end = tl.minimum(q_start + BLOCK_M, SEQ_LEN)
     else:
         phase1_end = (SEQ_LEN // BLOCK_N) * BLOCK_N
         phase2_end = SEQ_LEN
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, 0, phase1_end, offs_m, qk_scale,
-                            SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, WARP_SPECIALIZE)
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, phase1_end, phase2_end, offs_m,
-                            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False)
+    lse_base = LSE + batch.to(tl.int64) * stride_lb + q_head.to(tl.int64) * stride_lh
 
+    if SUBTILES == 1:
+        offs_m = q_start + tl.arange(0, BLOCK_M)
+        q = q_desc.load([batch, q_head, q_start, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
+        acc, l_i, m_i = _empty_state(BLOCK_M, HEAD_DIM_PAD)
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, 0, phase1_end, offs_m, qk_scale,
+                                SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, WARP_SPECIALIZE, LAZY_RESCALE)
+        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, phase1_end, phase2_end, offs_m,
+                                qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False, LAZY_RESCALE)
+        _store(acc, l_i, m_i, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, BLOCK_M, HEAD_DIM_PAD)
+    else:
+        tl.static_assert(SUBTILES == 2, "SUBTILES is 1 or 2")
+        SUB: tl.constexpr = BLOCK_M // 2
+        offs_m0 = q_start + tl.arange(0, SUB)
+        offs_m1 = offs_m0 + SUB
+        q0 = q_desc.load([batch, q_head, q_start, 0]).reshape(SUB, HEAD_DIM_PAD)
+        q1 = q_desc.load([batch, q_head, q_start + SUB, 0]).reshape(SUB, HEAD_DIM_PAD)
+        acc0, l0, m0 = _empty_state(SUB, HEAD_DIM_PAD)
+        acc1, l1, m1 = _empty_state(SUB, HEAD_DIM_PAD)
+        acc0, l0, m0, acc1, l1, m1 = _attend_pair(
+            acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, 0, phase1_end,
+            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, WARP_SPECIALIZE, LAZY_RESCALE)
+        acc0, l0, m0, acc1, l1, m1 = _attend_pair(
+            acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, phase1_end,
+            phase2_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False, LAZY_RESCALE)
+        _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
+        _store(acc1, l1, m1, o_desc, lse_base, batch, q_head, q_start + SUB, SEQ_LEN, SUB, HEAD_DIM_PAD)
+
+
+@triton.jit
+def _empty_state(ROWS: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
+    acc = tl.zeros([ROWS, HEAD_DIM_PAD], dtype=tl.float32)
+    return acc, tl.zeros([ROWS], dtype=tl.float32), tl.full([ROWS], float("-inf"), dtype=tl.float32)
+
+
+@triton.jit
+def _store(acc, l_i, m_i, o_desc, lse_base, batch, q_head, row0, SEQ_LEN, ROWS: tl.constexpr,
+           HEAD_DIM_PAD: tl.constexpr):
+    """Normalise and write one query tile's output and log-sum-exp."""
     o = acc / l_i[:, None]
-    o = o.to(o_desc.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM_PAD)
-    o_desc.store([batch, q_head, q_start, 0], o)  # rows past SEQ_LEN are clipped
+    o_desc.store([batch, q_head, row0, 0], o.to(o_desc.dtype).reshape(1, 1, ROWS, HEAD_DIM_PAD))  # clipped at SEQ_LEN
+    offs_m = row0 + tl.arange(0, ROWS)
     lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # ln(2)
-    tl.store(LSE + batch.to(tl.int64) * stride_lb + q_head.to(tl.int64) * stride_lh + offs_m, lse,
-             mask=offs_m < SEQ_LEN)
+    tl.store(lse_base + offs_m, lse, mask=offs_m < SEQ_LEN)
 
 
 # Tiles and warps per head dim, chosen by the autotuner on a GPU. Each config
 # sets the descriptors' tile shapes before its launch (pre_hook), because a
 # descriptor's block shape is part of the compiled kernel's signature.
 def _set_block_shapes(nargs):
-    bm, bn, dp = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["HEAD_DIM_PAD"]
+    bm, bn, dp = nargs["BLOCK_M"] // nargs["SUBTILES"], nargs["BLOCK_N"], nargs["HEAD_DIM_PAD"]
     for name, rows in (("q_desc", bm), ("o_desc", bm), ("k_desc", bn), ("v_desc", bn)):
         nargs[name].block_shape = [1, 1, rows, dp]
 
 
-def _config(bm, bn, warps, stages, ws=False):
-    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, WARP_SPECIALIZE=ws), num_warps=warps, num_stages=stages,
-                         pre_hook=_set_block_shapes)
+def _config(bm, bn, warps, stages, ws=False, subtiles=1, lazy=False):
+    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, WARP_SPECIALIZE=ws, SUBTILES=subtiles, LAZY_RESCALE=lazy),
+                         num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
 
 
 # Measured on the H200 (bench/explore_fast.py, notebooks/data/): 128 x 64 wins at
@@ -155,7 +228,8 @@ def _prune(configs, named_args, **kwargs):
     return fits or configs
 
 
-INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, WARP_SPECIALIZE=False)
+INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16)
+OPTION_DEFAULTS = dict(WARP_SPECIALIZE=False, SUBTILES=1, LAZY_RESCALE=False)
 _tuned = None
 
 
@@ -179,7 +253,7 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     """Same contract as ``flash_attention_forward``; inputs are checked by the caller.
 
     ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages and optionally
-    WARP_SPECIALIZE) skips the autotuner, for benchmarks.
+    WARP_SPECIALIZE, SUBTILES, LAZY_RESCALE) skips the autotuner, for benchmarks.
     """
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
@@ -197,8 +271,7 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
              for name, t in (("q_desc", q), ("k_desc", k), ("v_desc", v), ("o_desc", o))}
     if runtime.INTERPRETER or config is not None:
         kernel = _fast_forward_kernel
-        config = dict(INTERPRETER_CONFIG if config is None else config)
-        config.setdefault("WARP_SPECIALIZE", False)
+        config = {**OPTION_DEFAULTS, **(INTERPRETER_CONFIG if config is None else config)}
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
     else:
         kernel, config = _kernel(), {}
