@@ -24,11 +24,10 @@ import gqa_flash
 from gqa_flash import fast_backward, fast_forward, impl
 
 FWD = [  # BLOCK_M, BLOCK_N, warps, stages, warp-specialized, query sub-tiles (ping-pong), lazy rescale
-    (128, 128, 8, 3, False, 1, False), (128, 128, 8, 3, True, 1, False), (128, 128, 8, 3, False, 1, True),
-    (128, 128, 8, 3, True, 1, True), (128, 64, 8, 3, False, 1, False), (128, 64, 8, 3, False, 1, True),
-    (256, 64, 8, 3, False, 1, False), (128, 64, 4, 3, False, 2, False), (128, 128, 4, 2, False, 2, False),
-    (256, 64, 8, 3, False, 2, False), (256, 128, 8, 2, False, 2, False), (256, 64, 8, 3, False, 2, True),
-    (128, 64, 4, 3, False, 2, True),
+    (128, 128, 8, 3, False, 1, False), (128, 64, 8, 3, False, 1, False), (64, 64, 4, 3, False, 1, False),
+    (256, 64, 8, 3, False, 2, False), (256, 64, 8, 2, False, 2, False), (256, 64, 8, 4, False, 2, False),
+    (256, 64, 8, 3, True, 2, False), (256, 32, 8, 3, False, 2, False), (128, 64, 4, 3, False, 2, False),
+    (128, 64, 4, 2, False, 2, False), (128, 64, 4, 4, False, 2, False), (128, 32, 4, 3, False, 2, False),
 ]
 BWD = [  # BLOCK_M, BLOCK_N, warps, stages, dQ added by the copy engine (else one atomic per element)
     (64, 128, 8, 2, True), (64, 128, 8, 2, False), (64, 128, 8, 3, True), (64, 64, 4, 2, True),

@@ -123,6 +123,12 @@ def providers():
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+        import torch._dynamo
+
+        # One compiled kernel per shape (dynamic=False); the sweep has more shapes than the
+        # default limit of 8, past which torch falls back to an unfused, O(N^2) implementation.
+        limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+        setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
         compiled = torch.compile(flex_attention, dynamic=False)
         masks = {}
 
@@ -380,7 +386,8 @@ def ceilings(out_path: Path, log=print) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gqa_flash.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", choices=["main", "extra", "all"], default="main")
+    parser.add_argument("--sweep", choices=["main", "extra", "all", "none"], default="main",
+                        help="which cases to time (none: only --memory)")
     parser.add_argument("--providers", default="course_graded,course_fast,sdpa_default,sdpa_flash,sdpa_cudnn,flex,naive",
                         help="comma-separated provider names")
     parser.add_argument("--out", type=Path, default=Path("bench_forward.csv"), help="the CSV to write")
@@ -400,7 +407,8 @@ def main(argv=None) -> int:
         cases = [Case(torch.bfloat16, True, d, n) for d in (64, 128) for n in (1024, 4096, 16384)]
         run_backward(cases, args.out)
         return 0
-    run(sweep(args.sweep), args.providers.split(","), args.out)
+    if args.sweep != "none":
+        run(sweep(args.sweep), args.providers.split(","), args.out)
     if args.memory:
         memory_sweep(args.memory)
     return 0

@@ -23,11 +23,16 @@ changes that the performance notebook measures one by one:
 3. One fused multiply-add per score. ``p = exp2(s * qk_scale - m)`` folds the
    scale into the subtraction the online softmax needs anyway, and
    ``tl.dot(p, v, acc)`` accumulates into ``acc`` in place.
-4. Autotuned tiles, including 128 x 128, which the graded kernel's masked
-   loads make too costly, and on Hopper a warp-specialized key loop
-   (``tl.range(..., warp_specialize=True)``: Triton gives loads, matrix
-   products and the softmax their own warps) as one more candidate. Only the
-   unmasked phase uses it: the diagonal blocks are few.
+4. Two query sub-tiles a program, a software ping-pong. A program owns
+   BLOCK_M query rows as two halves that share every K and V tile it loads.
+   Each step issues both halves' score products (``_attend_pair``) before
+   either softmax, so while the exp2 units work through one half's scores the
+   tensor cores can already work on the other's: the overlap that cuDNN and
+   FlashAttention-3 get from scheduling warp groups by hand. Each key tile is
+   loaded once for twice the rows, too. On the diagonal, the first half is
+   done one tile early and the second finishes alone.
+5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
+   which the graded kernel's masked loads make too costly, next to plain ones.
 
 It needs a last dimension with stride 1 and 16-byte aligned rows (the copy
 engine's rules); other layouts fall back to the graded kernel. It runs in the
@@ -56,49 +61,34 @@ def _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, MASKED: tl.co
 
 
 @triton.jit
-def _fold(acc, l_i, m_i, s, v, qk_scale, LAZY_RESCALE: tl.constexpr):
+def _fold(acc, l_i, m_i, s, v, qk_scale):
     """The online-softmax update: fold one tile of scores (and its values) into the state."""
-    m_tile = tl.max(s, 1) * qk_scale
-    if LAZY_RESCALE:
-        # Keep the old maximum until some row's grows by more than 8 (in log2 units): p stays
-        # <= 2^8, harmless in fp32 and bf16, and most tiles skip rescaling acc altogether.
-        # The branch is taken or skipped by the whole program (one scalar), so it costs no divergence.
-        if tl.max(m_tile - m_i, 0) > 8.0:
-            m_new = tl.maximum(m_i, m_tile)
-            alpha = tl.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_new
-    else:
-        m_new = tl.maximum(m_i, m_tile)
-        alpha = tl.exp2(m_i - m_new)
-        acc = acc * alpha[:, None]
-        l_i = l_i * alpha
-        m_i = m_new
-    p = tl.exp2(s * qk_scale - m_i[:, None])  # one FMA per score
-    l_i += tl.sum(p, 1)
-    acc = tl.dot(p.to(v.dtype), v, acc)
-    return acc, l_i, m_i
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    p = tl.exp2(s * qk_scale - m_new[:, None])  # one FMA per score
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return acc, l_i, m_new
 
 
 @triton.jit
 def _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, start, end, offs_m, qk_scale, SEQ_LEN,
             BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-            WARP_SPECIALIZE: tl.constexpr, LAZY_RESCALE: tl.constexpr):
+            WARP_SPECIALIZE: tl.constexpr):
     """Fold key blocks start..end (exclusive, in steps of BLOCK_N) into the state."""
     for start_n in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         # [BLOCK_N, HEAD_DIM_PAD] tiles; rows past SEQ_LEN and columns past HEAD_DIM come back as 0.
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         s = _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N, MASKED, CAUSAL)
-        acc, l_i, m_i = _fold(acc, l_i, m_i, s, v, qk_scale, LAZY_RESCALE)
+        acc, l_i, m_i = _fold(acc, l_i, m_i, s, v, qk_scale)
     return acc, l_i, m_i
 
 
 @triton.jit
 def _attend_pair(acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, start,
                  end, qk_scale, SEQ_LEN, BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr,
-                 CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LAZY_RESCALE: tl.constexpr):
+                 CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """``_attend`` for two query sub-tiles that share each key tile (the software ping-pong):
     both score products are issued before either softmax, so the tensor cores can work on
     one sub-tile while the exp2 units work on the other."""
@@ -107,8 +97,8 @@ def _attend_pair(acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, BLOCK_N, MASKED, CAUSAL)
         s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, BLOCK_N, MASKED, CAUSAL)
-        acc0, l0, m0 = _fold(acc0, l0, m0, s0, v, qk_scale, LAZY_RESCALE)
-        acc1, l1, m1 = _fold(acc1, l1, m1, s1, v, qk_scale, LAZY_RESCALE)
+        acc0, l0, m0 = _fold(acc0, l0, m0, s0, v, qk_scale)
+        acc1, l1, m1 = _fold(acc1, l1, m1, s1, v, qk_scale)
     return acc0, l0, m0, acc1, l1, m1
 
 
@@ -117,7 +107,7 @@ def _fast_forward_kernel(
     q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh,
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr, SUBTILES: tl.constexpr, LAZY_RESCALE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, SUBTILES: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
     # One flat grid, decoded so that neighbours share a KV head:
@@ -151,9 +141,9 @@ def _fast_forward_kernel(
         q = q_desc.load([batch, q_head, q_start, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
         acc, l_i, m_i = _empty_state(BLOCK_M, HEAD_DIM_PAD)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, 0, phase1_end, offs_m, qk_scale,
-                                SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, WARP_SPECIALIZE, LAZY_RESCALE)
+                                SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, WARP_SPECIALIZE)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, phase1_end, phase2_end, offs_m,
-                                qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False, LAZY_RESCALE)
+                                qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False)
         _store(acc, l_i, m_i, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, BLOCK_M, HEAD_DIM_PAD)
     else:
         tl.static_assert(SUBTILES == 2, "SUBTILES is 1 or 2")
@@ -166,10 +156,19 @@ def _fast_forward_kernel(
         acc1, l1, m1 = _empty_state(SUB, HEAD_DIM_PAD)
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
             acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, 0, phase1_end,
-            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, WARP_SPECIALIZE, LAZY_RESCALE)
+            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, WARP_SPECIALIZE)
+        if CAUSAL:
+            # The diagonal: the first sub-tile sees no key past its own last row, so the
+            # second sub-tile finishes the diagonal alone.
+            tl.static_assert(SUB % BLOCK_N == 0, "with SUBTILES=2, BLOCK_M // 2 must be a multiple of BLOCK_N")
+            pair_end = tl.minimum(q_start + SUB, SEQ_LEN)
+        else:
+            pair_end = phase2_end
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
             acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, phase1_end,
-            phase2_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False, LAZY_RESCALE)
+            pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False)
+        acc1, l1, m1 = _attend(acc1, l1, m1, q1, k_desc, v_desc, batch, kv_head, pair_end, phase2_end, offs_m1,
+                               qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False)
         _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
         _store(acc1, l1, m1, o_desc, lse_base, batch, q_head, q_start + SUB, SEQ_LEN, SUB, HEAD_DIM_PAD)
 
@@ -200,36 +199,36 @@ def _set_block_shapes(nargs):
         nargs[name].block_shape = [1, 1, rows, dp]
 
 
-def _config(bm, bn, warps, stages, ws=False, subtiles=1, lazy=False):
-    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, WARP_SPECIALIZE=ws, SUBTILES=subtiles, LAZY_RESCALE=lazy),
+def _config(bm, bn, warps, stages, subtiles=1, ws=False):
+    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, SUBTILES=subtiles, WARP_SPECIALIZE=ws),
                          num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
 
 
-# Measured on the H200 (bench/explore_fast.py, notebooks/data/): 128 x 64 wins at
-# head_dim 64, 128 x 128 with 3 stages at 128, 64 x 64 at short sequences. A
-# warp-specialized key loop (Triton splits loads, matrix products and the
-# softmax across warps) compiles on Hopper only with 8 warps and gains 1-3% at
-# head_dim 128; elsewhere it is left out.
+# Measured on the H200 (bench/explore_fast.py, notebooks/data/): two 128-row
+# sub-tiles (256 x 64, 8 warps) win at head_dim 128 from N = 4k, two 64-row
+# sub-tiles on 4 warps (128 x 64) at head_dim 64 and at 128 for short sequences,
+# 64 x 64 at 1k for head_dim 64; the others are for head dims 96 to 256 and
+# for GPUs other than the H200. (A warp-specialized key loop, WARP_SPECIALIZE,
+# compiles on Hopper with 8 warps only and measured within +-3% of the same
+# tile without it, so it is not a candidate; bench/NOTES.md has the numbers.)
 CONFIGS = [
-    _config(bm, bn, w, st, ws) for bm, bn, w, st, ws in [
-        (128, 128, 8, 3, False), (128, 128, 8, 3, True), (128, 64, 8, 3, False), (128, 64, 4, 3, False),
-        (64, 64, 4, 3, False), (64, 32, 4, 2, False),
+    _config(bm, bn, w, st, sub) for bm, bn, w, st, sub in [
+        (256, 64, 8, 3, 2), (256, 64, 8, 4, 2), (128, 64, 4, 3, 2), (128, 64, 4, 2, 2),
+        (128, 128, 8, 3, 1), (128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (64, 32, 4, 2, 1),
     ]
 ]
 
 
 def _prune(configs, named_args, **kwargs):
     args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
-    hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+    # Past head_dim 128 the big tiles do not fit in shared memory.
     fits = [c for c in configs
-            if (args["HEAD_DIM_PAD"] <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 64)
-            # measured to compile and help: Hopper, head_dim 64 and 128 (96 pads to 128)
-            and (not c.kwargs["WARP_SPECIALIZE"] or (hopper and args["HEAD_DIM_PAD"] in (64, 128)))]
+            if args["HEAD_DIM_PAD"] <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 64]
     return fits or configs
 
 
-INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16)
-OPTION_DEFAULTS = dict(WARP_SPECIALIZE=False, SUBTILES=1, LAZY_RESCALE=False)
+INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, SUBTILES=2)  # the ping-pong path, which the H200 runs most
+OPTION_DEFAULTS = dict(SUBTILES=1, WARP_SPECIALIZE=False)
 _tuned = None
 
 
@@ -253,7 +252,7 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     """Same contract as ``flash_attention_forward``; inputs are checked by the caller.
 
     ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages and optionally
-    WARP_SPECIALIZE, SUBTILES, LAZY_RESCALE) skips the autotuner, for benchmarks.
+    SUBTILES, WARP_SPECIALIZE) skips the autotuner, for benchmarks.
     """
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]

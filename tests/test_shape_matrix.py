@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import gqa_flash
+from gqa_flash import fast_forward
 from gqa_flash.reference import reference_attention
 from gqa_flash.testing import LAYOUTS, assert_lse_matches, assert_matches, gradient_error, peaked_qkv, random_qkv
 
@@ -26,6 +27,7 @@ BATCHES = [1, 2]
 
 _ALL = list(itertools.product(HEADS, SEQ_LENS, HEAD_DIMS, DTYPES, LAYOUTS, CAUSAL, BATCHES))
 CASES = random.Random(2026).sample(_ALL, 48)
+ONE_TILE = dict(BLOCK_M=32, BLOCK_N=16, SUBTILES=1)  # the fast kernel's other path (the default has two sub-tiles)
 
 
 def _id(case):
@@ -43,8 +45,11 @@ def test_every_implementation_matches_reference(case, seed):
     o, lse = gqa_flash.flash_attention_forward(q, k, v, causal=causal, return_lse=True)
     assert_matches("forward O", o, ref, dtype, ctx)
     assert_lse_matches(lse, ref_lse, ctx)
-    o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)
+    o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)  # two query sub-tiles
     assert_matches("fast forward O", o, ref, dtype, ctx)
+    assert_lse_matches(lse, ref_lse, ctx)
+    o, lse = fast_forward.fast_attention_forward(q, k, v, causal=causal, return_lse=True, config=ONE_TILE)
+    assert_matches("fast forward O, one query tile", o, ref, dtype, ctx)
     assert_lse_matches(lse, ref_lse, ctx)
     o, lse = gqa_flash.tiled_attention(q.cpu(), k.cpu(), v.cpu(), causal=causal, block_m=16, block_n=32,
                                        return_lse=True)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import gqa_flash
+from gqa_flash import fast_forward
 from gqa_flash.reference import reference_attention
 from gqa_flash.testing import assert_lse_matches, assert_matches, random_qkv
 
@@ -59,3 +60,30 @@ def test_forward_strides_on_gpu(layout, kernel, seed):
     rel = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
     print(f"\n{kernel} {layout}: relative error vs SDPA {rel:.3e}")
     assert rel < 1e-2
+
+
+FAST_CASES = [  # (batch, Hq, Hkv, N, D, dtype, causal): ragged lengths, every padded head dim the tiles see
+    (1, 8, 2, 4093, 128, torch.bfloat16, True),
+    (1, 8, 2, 1537, 96, torch.bfloat16, True),
+    (1, 4, 1, 1000, 64, torch.float16, False),
+    (2, 4, 4, 300, 128, torch.bfloat16, False),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("index", range(len(fast_forward.CONFIGS)))
+def test_every_fast_config_on_gpu(index, seed):
+    """The autotuner picks one config per shape, so each is checked here on every case."""
+    c = fast_forward.CONFIGS[index]
+    config = dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
+    for b, hq, hkv, n, d, dtype, causal in FAST_CASES:
+        q, k, v = random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda")
+        o, lse = fast_forward.fast_attention_forward(q, k, v, causal=causal, return_lse=True, config=config)
+        ref, ref_lse = reference_attention(q[:1, :2], k[:1, :1], v[:1, :1], causal=causal)
+        ctx = f"config {config}, case {(b, hq, hkv, n, d, dtype, causal)}, seed {seed}"
+        assert_matches("O", o[:1, :2], ref, dtype, ctx)
+        assert_lse_matches(lse[:1, :2], ref_lse, ctx)
+        rel = ((o.float() - F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True).float()).norm()
+               / o.float().norm()).item()
+        assert rel < 1e-2, f"{ctx}: relative error vs SDPA {rel:.2e}"
+    print(f"\nconfig {config}: every case matches")
