@@ -206,15 +206,17 @@ def _config(bm, bn, warps, stages, subtiles=1, ws=False):
 
 # Measured on the H200 (bench/explore_fast.py, notebooks/data/): two 128-row
 # sub-tiles (256 x 64, 8 warps) win at head_dim 128 from N = 4k, two 64-row
-# sub-tiles on 4 warps (128 x 64) at head_dim 64 and at 128 for short sequences,
-# 64 x 64 at 1k for head_dim 64; the others are for head dims 96 to 256 and
-# for GPUs other than the H200. (A warp-specialized key loop, WARP_SPECIALIZE,
-# compiles on Hopper with 8 warps only and measured within +-3% of the same
-# tile without it, so it is not a candidate; bench/NOTES.md has the numbers.)
+# sub-tiles on 4 warps (128 x 64) at head_dim 64 from 2k and at 128 for short
+# sequences (with 2 stages), 64 x 64 at 1k for head_dim 64; the last two are
+# for head dims above 128, whose big tiles do not fit in shared memory. Fewer
+# candidates also means fewer chances for the autotuner's own timing noise to
+# pick a worse one. (A warp-specialized key loop, WARP_SPECIALIZE, compiles on
+# Hopper with 8 warps only and measured within +-3% of the same tile without
+# it, -3 to -6% with sub-tiles, so it is not a candidate; bench/NOTES.md.)
 CONFIGS = [
     _config(bm, bn, w, st, sub) for bm, bn, w, st, sub in [
-        (256, 64, 8, 3, 2), (256, 64, 8, 4, 2), (128, 64, 4, 3, 2), (128, 64, 4, 2, 2),
-        (128, 128, 8, 3, 1), (128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (64, 32, 4, 2, 1),
+        (256, 64, 8, 3, 2), (128, 64, 4, 3, 2), (128, 64, 4, 2, 2), (64, 64, 4, 3, 1),
+        (128, 64, 8, 3, 1), (64, 32, 4, 2, 1),
     ]
 ]
 
