@@ -79,10 +79,11 @@ def test_every_fast_config_on_gpu(index, seed):
     for b, hq, hkv, n, d, dtype, causal in FAST_CASES:
         q, k, v = random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda")
         o, lse = fast_forward.fast_attention_forward(q, k, v, causal=causal, return_lse=True, config=config)
-        ref, ref_lse = reference_attention(q[:1, :2], k[:1, :1], v[:1, :1], causal=causal)
+        group = hq // hkv  # float64 for the first KV head's group of query heads: small enough on a CPU
+        ref, ref_lse = reference_attention(q[:1, :group], k[:1, :1], v[:1, :1], causal=causal)
         ctx = f"config {config}, case {(b, hq, hkv, n, d, dtype, causal)}, seed {seed}"
-        assert_matches("O", o[:1, :2], ref, dtype, ctx)
-        assert_lse_matches(lse[:1, :2], ref_lse, ctx)
+        assert_matches("O", o[:1, :group], ref, dtype, ctx)
+        assert_lse_matches(lse[:1, :group], ref_lse, ctx)
         rel = ((o.float() - F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True).float()).norm()
                / o.float().norm()).item()
         assert rel < 1e-2, f"{ctx}: relative error vs SDPA {rel:.2e}"
