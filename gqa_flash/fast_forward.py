@@ -26,11 +26,12 @@ changes that the performance notebook measures one by one:
 4. Two query sub-tiles a program, a software ping-pong. A program owns
    BLOCK_M query rows as two halves that share every K and V tile it loads.
    Each step issues both halves' score products (``_attend_pair``) before
-   either softmax, so while the exp2 units work through one half's scores the
-   tensor cores can already work on the other's: the overlap that cuDNN and
-   FlashAttention-3 get from scheduling warp groups by hand. Each key tile is
-   loaded once for twice the rows, too. On the diagonal, the first half is
-   done one tile early and the second finishes alone.
+   either softmax. On Hopper a matrix product is an asynchronous instruction,
+   so while the exp2 units work through one half's scores the tensor cores
+   can already work on the other's: the overlap that cuDNN and
+   FlashAttention-3 schedule by hand, here left to the hardware and to
+   Triton's instruction order. On the diagonal, the first half stops at its
+   own last row (BLOCK_M / 2 keys early) and the second finishes alone.
 5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
    which the graded kernel's masked loads make too costly, next to plain ones.
 
@@ -206,13 +207,14 @@ def _config(bm, bn, warps, stages, subtiles=1, ws=False):
 
 # Measured on the H200 (bench/explore_fast.py, notebooks/data/): two 128-row
 # sub-tiles (256 x 64, 8 warps) win at head_dim 128 from N = 4k, two 64-row
-# sub-tiles on 4 warps (128 x 64) at head_dim 64 from 2k and at 128 for short
-# sequences (with 2 stages), 64 x 64 at 1k for head_dim 64; the last two are
-# for head dims above 128, whose big tiles do not fit in shared memory. Fewer
-# candidates also means fewer chances for the autotuner's own timing noise to
-# pick a worse one. (A warp-specialized key loop, WARP_SPECIALIZE, compiles on
-# Hopper with 8 warps only and measured within +-3% of the same tile without
-# it, -3 to -6% with sub-tiles, so it is not a candidate; bench/NOTES.md.)
+# sub-tiles on 4 warps (128 x 64) at head_dim 64 from 2k and, with 2 stages,
+# at 128 for short sequences; 64 x 64 at 1k for head_dim 64. 128 x 64 and
+# 64 x 32 without sub-tiles are there for head dims above 128, where the
+# sub-tiled tiles do not fit in shared memory or spill registers. Fewer
+# candidates also means fewer chances for the autotuner's own timing noise
+# to pick a worse one. (A warp-specialized key loop, WARP_SPECIALIZE,
+# compiles on Hopper with 8 warps only and measured within the noise of the
+# same tile without it, so it is not a candidate; bench/NOTES.md.)
 CONFIGS = [
     _config(bm, bn, w, st, sub) for bm, bn, w, st, sub in [
         (256, 64, 8, 3, 2), (128, 64, 4, 3, 2), (128, 64, 4, 2, 2), (64, 64, 4, 3, 1),
@@ -221,12 +223,14 @@ CONFIGS = [
 ]
 
 
+def fits(config, head_dim_pad) -> bool:
+    """Past head_dim 128 the big tiles do not fit in shared memory."""
+    return head_dim_pad <= 128 or config.kwargs["BLOCK_M"] * config.kwargs["BLOCK_N"] <= 128 * 64
+
+
 def _prune(configs, named_args, **kwargs):
     args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
-    # Past head_dim 128 the big tiles do not fit in shared memory.
-    fits = [c for c in configs
-            if args["HEAD_DIM_PAD"] <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 128 * 64]
-    return fits or configs
+    return [c for c in configs if fits(c, args["HEAD_DIM_PAD"])] or configs
 
 
 INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, SUBTILES=2)  # the ping-pong path, which the H200 runs most

@@ -39,8 +39,8 @@ sequence is long: MQA (one KV head for 32 query heads) 0.97–1.00×, fp16 1.00�
 16k. The launch order runs a KV group's query heads back to back, so their K/V tiles come from L2. Where
 nothing is shared (MHA, 32:32) the order buys nothing and at 4k it falls to 0.75×. Without the causal
 mask it reaches 0.86–0.91×: there is no diagonal to skip, and cuDNN's lead on full tiles shows. head_dim 96
-is padded to 128 inside the kernels (cuDNN itself reaches only ~440 TFLOP/s there); head_dim 256 cannot
-use the sub-tiled configs (their tiles do not fit in shared memory) and stays at 0.73–0.81×.
+is padded to 128 inside the kernels (cuDNN itself reaches only ~440 TFLOP/s there). At head_dim 256 the
+sub-tiled configs do not fit in shared memory or spill registers, and the kernel stays at 0.73–0.81×.
 """,
     MEMORY_NARRATIVE="""
 The course's kernels allocate only their outputs, O and the LSE: the line grows as $N$ (8 MiB at 1k,
@@ -52,21 +52,23 @@ buffers do not count.)
     FAST_NARRATIVE="""
 Descriptors made on the host fixed the short sequences (0.69× to 0.92× at head_dim 64, N = 1024): the
 cost was per program, and a short sequence is many short programs. The warp-specialised loop added
-1–3% at head_dim 128, about the size of the noise.
+0–3% at head_dim 128, about the size of the noise.
 
 **Two query sub-tiles** is the change that closed most of the gap: at head_dim 128 and N = 16k, 256×64
 tiles split in two 128-row halves reach 1.03× of cuDNN in that run, against 0.88× for the best plain
 tile (128×128); at head_dim 64, 128×64 tiles split in two 64-row halves on 4 warps reach 1.02×. Two
-details matter. The halves must be independent to overlap, and each must have a whole warp group
-(64 rows per 4 warps): 64-row halves on 8 warps would split every row across two warp groups. And on
-the diagonal the first half must stop one tile early (it sees no later key): before that change the
-same tile reached only 0.90×, because both halves walked the whole masked diagonal. A 256-row tile
-without the split is no faster than 128×128: the win is the overlap, not the size. Warp specialisation
-on top of the halves loses 3–6%.
+details matter. Each half should fill whole warp groups (a Hopper matrix instruction works on 64 rows
+per 4 warps), so 64-row halves go with 4 warps and 128-row halves with 8. And on the diagonal the first
+half must stop at its own last row (it sees no later key): before that change the 256×64 tile reached
+only 0.90× at head_dim 128, N = 16k, because both halves walked the whole masked diagonal. A 256-row
+tile without the split is no faster than the best 128-row tile (in the first run: 0.84 against 0.83 at
+head_dim 128, 16k; 0.87 against 1.00 at 64): the win is the overlap, not the size. Warp specialisation on top of the
+halves changes nothing at five of six points and loses 6% at the sixth.
 
 **Lazy rescaling** (keep the running maximum until it grows by more than $2^8$, so most tiles skip
-`acc *= alpha`) was *slower* everywhere, by 5–12%: the skipped multiply is cheap, and the branch around
-the accumulator stops Triton from pipelining the loop. It is not in the kernel.
+`acc *= alpha`) was *slower* everywhere: by 6–13% on plain tiles and 16–46% on split ones. The skipped
+multiply is cheap, and the branch around the accumulator stops Triton from pipelining the loop. It is
+not in the kernel.
 `bench/NOTES.md` keeps every version's numbers and what we predicted before each run.
 """,
 )

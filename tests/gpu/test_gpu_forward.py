@@ -7,6 +7,8 @@ records what it gave (pytest -s).
 
 import pytest
 import torch
+import triton
+from triton.runtime.errors import OutOfResources
 import torch.nn.functional as F
 
 import gqa_flash
@@ -62,29 +64,39 @@ def test_forward_strides_on_gpu(layout, kernel, seed):
     assert rel < 1e-2
 
 
-FAST_CASES = [  # (batch, Hq, Hkv, N, D, dtype, causal): ragged lengths, every padded head dim the tiles see
-    (1, 8, 2, 4093, 128, torch.bfloat16, True),
-    (1, 8, 2, 1537, 96, torch.bfloat16, True),
+FAST_CASES = [  # (batch, Hq, Hkv, N, D, dtype, causal)
+    (1, 4, 1, 4093, 128, torch.bfloat16, True),  # ragged: ends in the second half of a 128- and a 256-row tile
+    (1, 4, 2, 1537, 96, torch.bfloat16, True),  # ends in the first half of both
+    (1, 4, 2, 100, 128, torch.bfloat16, True),  # shorter than one tile
     (1, 4, 1, 1000, 64, torch.float16, False),
-    (2, 4, 4, 300, 128, torch.bfloat16, False),
+    (2, 4, 4, 300, 128, torch.bfloat16, False),  # MHA
+    (1, 4, 2, 777, 256, torch.bfloat16, True),  # the configs the autotuner keeps past head_dim 128
 ]
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("index", range(len(fast_forward.CONFIGS)))
 def test_every_fast_config_on_gpu(index, seed):
-    """The autotuner picks one config per shape, so each is checked here on every case."""
+    """The autotuner picks one config per shape, so each is checked here on every case, against
+    float64 (O and LSE of every head). A config that the autotuner would keep but that does not fit
+    the GPU's shared memory is skipped for that case, as the autotuner skips it."""
     c = fast_forward.CONFIGS[index]
     config = dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
-    for b, hq, hkv, n, d, dtype, causal in FAST_CASES:
+    checked = []
+    for case in FAST_CASES:
+        b, hq, hkv, n, d, dtype, causal = case
+        head_dim_pad = max(16, triton.next_power_of_2(d))
+        if not fast_forward.fits(c, head_dim_pad):
+            continue
         q, k, v = random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda")
-        o, lse = fast_forward.fast_attention_forward(q, k, v, causal=causal, return_lse=True, config=config)
-        group = hq // hkv  # float64 for the first KV head's group of query heads: small enough on a CPU
-        ref, ref_lse = reference_attention(q[:1, :group], k[:1, :1], v[:1, :1], causal=causal)
-        ctx = f"config {config}, case {(b, hq, hkv, n, d, dtype, causal)}, seed {seed}"
-        assert_matches("O", o[:1, :group], ref, dtype, ctx)
-        assert_lse_matches(lse[:1, :group], ref_lse, ctx)
-        rel = ((o.float() - F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True).float()).norm()
-               / o.float().norm()).item()
-        assert rel < 1e-2, f"{ctx}: relative error vs SDPA {rel:.2e}"
-    print(f"\nconfig {config}: every case matches")
+        try:
+            o, lse = fast_forward.fast_attention_forward(q, k, v, causal=causal, return_lse=True, config=config)
+        except OutOfResources:
+            continue
+        ref, ref_lse = reference_attention(q, k, v, causal=causal)
+        ctx = f"config {config}, case {case}, seed {seed}"
+        assert_matches("O", o, ref, dtype, ctx)
+        assert_lse_matches(lse, ref_lse, ctx)
+        checked.append(f"N={n} D={d}")
+    print(f"\nconfig {config}: matches float64 at {', '.join(checked)}")
+    assert checked, "no case ran"
