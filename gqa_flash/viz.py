@@ -492,6 +492,69 @@ def plot_kernel_schedule(seq_len=83, block_m=32, block_n=16, highlight=2):
     return fig
 
 
+ALONE = "#C44E52"  # a diagonal tile the second query sub-tile finishes alone
+
+
+def plot_pingpong(block_m=32, block_n=8, q_block=1):
+    """The fast kernel's two query sub-tiles: which key tiles each half visits, and why the split helps."""
+    half = block_m // 2
+    q0 = q_block * block_m
+    n_keys = q0 + block_m
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw=dict(width_ratios=[1, 1.1]))
+    # Left: one program's rows (two halves) against the key tiles it walks, numbered in loop order:
+    # a number shared by both halves is one K/V tile load used twice.
+    for step, k0 in enumerate(range(0, n_keys, block_n), start=1):
+        for h in (0, 1):
+            rows0 = q0 + h * half
+            if k0 > rows0 + half - 1:
+                color = SKIPPED  # every key of this tile is in this half's future
+            elif k0 + block_n - 1 < q0:
+                color = VISITED
+            elif k0 < q0 + half:
+                color = MASKED
+            else:
+                color = ALONE
+            a.add_patch(Rectangle((k0, rows0), block_n, half, facecolor=color, edgecolor="white", lw=1.5))
+            if color != SKIPPED:
+                a.text(k0 + block_n / 2, rows0 + half / 2, str(step), ha="center", va="center", color="white",
+                       fontsize=9, weight="bold")
+    a.plot([q0, n_keys], [q0, n_keys], color="k", lw=1, ls="--")
+    a.axhline(q0 + half, color="k", lw=2)
+    a.set_xlim(0, n_keys)
+    a.set_ylim(q0 + block_m, q0)
+    a.set_yticks([q0 + half / 2, q0 + 1.5 * half], ["first half\n(Q0)", "second half\n(Q1)"])
+    a.set_xlabel("keys")
+    a.set_title(f"one program: query rows {q0}-{q0 + block_m - 1} as two halves, key tiles of {block_n}",
+                fontsize=10)
+    a.legend(handles=[Patch(color=VISITED, label="both halves, no mask"),
+                      Patch(color=MASKED, label="both halves, masked"),
+                      Patch(color=ALONE, label="second half alone"),
+                      Patch(color=SKIPPED, label="skipped")],
+             loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=8, frameon=False)
+    # Right: an idealised timeline of one key tile's work for both halves, on the two kinds of units.
+    serial = [(0, "S0", 0), (1, "exp 0", 1), (0, "P0 V", 2), (0, "S1", 3), (1, "exp 1", 4), (0, "P1 V", 5)]
+    paired = [(0, "S0", 0), (0, "S1", 1), (1, "exp 0", 1), (0, "P0 V", 2), (1, "exp 1", 2), (0, "P1 V", 3)]
+    for y_off, blocks, name in ((3.2, serial, "one half after\nthe other: 6"), (0.4, paired, "both halves\ninterleaved: 4")):
+        for unit, text, t in blocks:
+            y = y_off + (1.1 if unit == 0 else 0)
+            b.add_patch(Rectangle((t, y), 1, 1, facecolor=VISITED if unit == 0 else MASKED, edgecolor="white", lw=2))
+            b.text(t + 0.5, y + 0.5, text, ha="center", va="center", color="white", fontsize=9, weight="bold")
+        b.text(-0.2, y_off + 1.05, name, ha="right", va="center", fontsize=9)
+    b.set_xlim(-1.9, 6.1)
+    b.set_ylim(0.2, 5.5)
+    b.set_yticks([])
+    b.set_xticks(range(7))
+    b.set_xlabel("time in steps (idealised: the hardware decides the real overlap)")
+    b.set_title("per key tile: the exponentials of one half hide behind the other's products", fontsize=10)
+    b.legend(handles=[Patch(color=VISITED, label="tensor cores: S = Q K^T, O += P V"),
+                      Patch(color=MASKED, label="exp2 units: the softmax")],
+             loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
+    for side in ("top", "right", "left"):
+        b.spines[side].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
 def _error_image(ax, err, tol, kinds, title, title_color="black"):
     cmap = plt.get_cmap("Reds").copy()
     cmap.set_under(GOOD)

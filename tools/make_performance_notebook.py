@@ -255,7 +255,21 @@ kernel's launcher hands a short list of candidates to `triton.autotune` on a GPU
    with 8 warps, and measured within the noise: an option of the kernel, not an autotuner candidate.
 6. **Two query sub-tiles a program** (a software "ping-pong"): each program owns two halves of its query
    rows that share every K/V tile. Both halves' score products are issued before either softmax, so the
-   tensor cores work on one half while the exponential units work on the other.
+   tensor cores work on one half while the exponential units work on the other. On the causal diagonal
+   the first half stops at its own last row and the second finishes alone (the picture, left).
+"""))
+cells.append(code(r"""
+from gqa_flash import viz
+
+viz.plot_pingpong()
+plt.show()
+"""))
+cells.append(md(r"""
+On Hopper a matrix product is an asynchronous instruction: a warp can start the next one, or the
+exponentials, before the last has finished. With one tile of rows every step waits on the one before
+(the scores feed the softmax, the softmax feeds $PV$); two independent halves give the hardware
+something to do while it waits (the picture, right, is the idealised schedule; how much really overlaps
+is for the measurements to say).
 
 Changes 1–5, measured in an earlier run than the curves above (`bench/explore_fast.py`): the graded
 kernel and the fast kernel, both autotuned, as ratios to SDPA in that run, beside the first fast kernel
