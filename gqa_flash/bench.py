@@ -337,32 +337,32 @@ def memory_sweep(out_path: Path, log=print) -> list[dict]:
     naive = impl.load("naive", "solutions")
     rows = []
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(out_path, "w", newline="")
-    writer = csv.DictWriter(f, fieldnames=["provider", "seq_len", "batch", "q_heads", "kv_heads", "head_dim",
-                                           "peak_mem_mib", "status"])
-    writer.writeheader()
-    for n in [1024 * 2**i for i in range(8)]:  # 1k .. 128k
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(1, h, n, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (32, 8, 8))
-        kernels = (
-            ("course_graded", graded.flash_attention_forward),
-            ("course_fast", fast_forward.fast_attention_forward),
-            ("naive", naive.naive_attention),
-        )
-        for name, fn in kernels:
-            try:
-                out, peak = _peak_memory(lambda q, k, v, causal, fn=fn: fn(q, k, v, causal=causal), q, k, v, True)
-                status = "ok"
-                del out
-            except torch.OutOfMemoryError:
-                peak, status = math.nan, "out of memory"
-            rows.append(dict(provider=name, seq_len=n, batch=1, q_heads=32, kv_heads=8, head_dim=128,
-                             peak_mem_mib=round(peak, 1), status=status))
-            writer.writerow(rows[-1])
-            f.flush()  # an interrupted sweep keeps what it measured
-            log(f"memory N={n:6d} {name:14s} {peak:10.1f} MiB {status}")
-        del q, k, v
-    f.close()
+    with open(out_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["provider", "seq_len", "batch", "q_heads", "kv_heads", "head_dim",
+                                               "peak_mem_mib", "status"])
+        writer.writeheader()
+        for n in [1024 * 2**i for i in range(8)]:  # 1k .. 128k
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            q, k, v = (torch.randn(1, h, n, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+                       for h in (32, 8, 8))
+            kernels = (
+                ("course_graded", graded.flash_attention_forward),
+                ("course_fast", fast_forward.fast_attention_forward),
+                ("naive", naive.naive_attention),
+            )
+            for name, fn in kernels:
+                try:
+                    out, peak = _peak_memory(lambda q, k, v, causal, fn=fn: fn(q, k, v, causal=causal), q, k, v, True)
+                    status = "ok"
+                    del out
+                except torch.OutOfMemoryError:
+                    peak, status = math.nan, "out of memory"
+                rows.append(dict(provider=name, seq_len=n, batch=1, q_heads=32, kv_heads=8, head_dim=128,
+                                 peak_mem_mib=round(peak, 1), status=status))
+                writer.writerow(rows[-1])
+                f.flush()  # an interrupted sweep keeps what it measured
+                log(f"memory N={n:6d} {name:14s} {peak:10.1f} MiB {status}")
+            del q, k, v
     return rows
 
 

@@ -200,8 +200,8 @@ def _set_block_shapes(nargs):
         nargs[name].block_shape = [1, 1, rows, dp]
 
 
-def _config(bm, bn, warps, stages, subtiles=1, ws=False):
-    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, SUBTILES=subtiles, WARP_SPECIALIZE=ws),
+def _config(bm, bn, warps, stages, subtiles):
+    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, SUBTILES=subtiles, WARP_SPECIALIZE=False),
                          num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
 
 
