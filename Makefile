@@ -42,18 +42,18 @@ test-graded: setup
 
 # Grade your files as the instructor's grader does (add ARGS="--out results.json")
 grade: setup
-	$(BIN)/python -m gqa_flash.grade $(ARGS)
+	$(BIN)/python -m gqa_flash.grader $(ARGS)
 
 # Gradescope's autograder zip: make autograder [EXTRA_TESTS=hidden/]
 autograder: setup
-	$(BIN)/python -m gqa_flash.grade --gradescope-bundle autograder.zip $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
+	$(BIN)/python -m gqa_flash.grader --gradescope-bundle autograder.zip $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
 
 # Write the student files from solutions/ (instructors).
 release: setup
-	$(BIN)/python -m gqa_flash.release
+	$(BIN)/python -m gqa_flash.grader.release
 
 check-release: setup
-	$(BIN)/python -m gqa_flash.release --check
+	$(BIN)/python -m gqa_flash.grader.release --check
 
 clean:
 	rm -rf $(VENV) .pytest_cache

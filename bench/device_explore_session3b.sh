@@ -5,6 +5,6 @@
 set -uo pipefail
 BUDGET=${BUDGET:-420} source bench/device_lib.sh
 step 260 python3 bench/explore_fast.py $OUT fwd 2>&1 | grep -v "^  \|^module\|^{-#\|^#-}\|^}\|tt.func" | tee $OUT/explore_fwd.log
-step 150 python3 -m gqa_flash.bench --sweep main --providers sdpa_default,flex --out $OUT/bench_flex.csv 2>&1 \
+step 150 python3 -m gqa_flash.lab.bench --sweep main --providers sdpa_default,flex --out $OUT/bench_flex.csv 2>&1 \
   | grep -v Warning | tail -30 | tee $OUT/bench_flex.log
 echo "done at ${SECONDS}s" | tee -a $OUT/env.txt

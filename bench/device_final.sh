@@ -6,10 +6,10 @@
 set -uo pipefail
 BUDGET=${BUDGET:-500} source bench/device_lib.sh
 P=course_graded,course_fast,sdpa_default,sdpa_flash
-step 40 python3 -m gqa_flash.bench --ceilings $OUT/ceilings.csv 2>&1 | tee $OUT/ceilings.log
-step 160 python3 -m gqa_flash.bench --backward --out $OUT/bench_backward.csv 2>&1 | tee $OUT/bench_backward.log
-step 120 python3 -m gqa_flash.bench --sweep main --providers $P --out $OUT/bench_forward_main.csv 2>&1 | tee $OUT/bench_main.log
-step 200 python3 -m gqa_flash.bench --sweep extra --providers $P --out $OUT/bench_forward_extra.csv \
+step 40 python3 -m gqa_flash.lab.bench --ceilings $OUT/ceilings.csv 2>&1 | tee $OUT/ceilings.log
+step 160 python3 -m gqa_flash.lab.bench --backward --out $OUT/bench_backward.csv 2>&1 | tee $OUT/bench_backward.log
+step 120 python3 -m gqa_flash.lab.bench --sweep main --providers $P --out $OUT/bench_forward_main.csv 2>&1 | tee $OUT/bench_main.log
+step 200 python3 -m gqa_flash.lab.bench --sweep extra --providers $P --out $OUT/bench_forward_extra.csv \
   --memory $OUT/bench_memory.csv 2>&1 | tee $OUT/bench_extra.log
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD

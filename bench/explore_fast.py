@@ -7,7 +7,7 @@ Forward: SDPA default, the graded and fast kernels autotuned, then the fast
 kernel at fixed configs: with and without a warp-specialized key loop and
 two query sub-tiles a program (ping-pong). (Session 3's first run also
 timed lazy rescaling, an option since taken out of the kernel; its numbers
-are in notebooks/data/h200_explore_fast_pingpong_2026-12-02.csv.)
+are in notebooks/data/h200_fast_forward_subtiles_lazy_rescaling.csv.)
 Backward: SDPA default, the graded and fast backward autotuned, then the fast
 backward at fixed configs. Every variant is checked against SDPA before it is
 timed. Writes OUT_DIR/explore_fast.csv.
@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 import gqa_flash
-from gqa_flash import fast_backward, fast_forward, impl
+from gqa_flash import impl
+from gqa_flash.fast import backward as fast_backward, forward as fast_forward
 
 FWD = [  # BLOCK_M, BLOCK_N, warps, stages, warp-specialized, query sub-tiles (ping-pong)
     (128, 128, 8, 3, False, 1), (128, 64, 8, 3, False, 1), (64, 64, 4, 3, False, 1), (256, 64, 8, 3, False, 2),

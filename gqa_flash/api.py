@@ -87,19 +87,49 @@ def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=Fals
 
 
 def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
-    """The course's fastest forward kernel (``fast_forward.py``, not graded): same contract as
+    """The course's fastest forward kernel (``fast/forward.py``, not graded): same contract as
     :func:`flash_attention_forward`."""
-    from gqa_flash import fast_forward
+    from gqa_flash import fast
 
-    return _launch_forward(fast_forward.fast_attention_forward, q, k, v, causal, sm_scale, return_lse)
+    return _launch_forward(fast.fast_attention_forward, q, k, v, causal, sm_scale, return_lse)
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """The forward kernel and the backward kernels as one autograd op.
+
+    The forward saves O and the LSE (O(N) extra memory); the backward
+    recomputes the attention probabilities from them, tile by tile.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale, fast=False):
+        if fast:  # the course's fastest kernels (not graded)
+            from gqa_flash.fast import fast_attention_forward as forward
+        else:
+            forward = impl.load("forward").flash_attention_forward
+        o, lse = forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale, ctx.fast = causal, sm_scale, fast
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        if ctx.fast:
+            from gqa_flash.fast import fast_attention_backward as backward
+        else:
+            backward = impl.load("backward").flash_attention_backward
+        dq, dk, dv = backward(q, k, v, o, lse, do, causal=ctx.causal, sm_scale=ctx.sm_scale)
+        return dq, dk, dv, None, None, None
 
 
 def flash_attention(q, k, v, causal=True, sm_scale=None, fast=False):
     """Differentiable FlashAttention with GQA: the forward kernel (``forward.py``) and the
     backward kernels (``backward.py``, bonus) as one autograd op. ``fast=True`` uses the
-    course's fastest kernels instead (``fast_forward.py``, ``fast_backward.py``)."""
-    from gqa_flash.autograd import FlashAttentionFunction
+    course's fastest kernels instead (``gqa_flash/fast/``).
 
+    It behaves like ``F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+    enable_gqa=True)``: use it in a model and call ``loss.backward()``."""
     validation.check_attention_inputs(q, k, v, causal)
     validation.check_kernel_inputs(q, k, v)
     sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
@@ -131,9 +161,9 @@ def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
 
 
 def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
-    """dQ, dK, dV from the course's fastest backward kernel (``fast_backward.py``, not graded):
+    """dQ, dK, dV from the course's fastest backward kernel (``fast/backward.py``, not graded):
     same contract as :func:`flash_attention_backward`; dQ is summed with atomic adds, so its
     last bits can change from run to run."""
-    from gqa_flash import fast_backward
+    from gqa_flash import fast
 
-    return _launch_backward(fast_backward.fast_attention_backward, q, k, v, o, lse, do, causal, sm_scale)
+    return _launch_backward(fast.fast_attention_backward, q, k, v, o, lse, do, causal, sm_scale)

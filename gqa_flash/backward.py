@@ -1,4 +1,4 @@
-# Student version of solutions/backward.py, written by `python -m gqa_flash.release`.
+# Student version of solutions/backward.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
 """Bonus: the FlashAttention backward pass in Triton, with GQA.
 

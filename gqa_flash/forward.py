@@ -1,4 +1,4 @@
-# Student version of solutions/forward.py, written by `python -m gqa_flash.release`.
+# Student version of solutions/forward.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
 """The FlashAttention forward pass in Triton: causal, grouped-query attention.
 

@@ -20,12 +20,10 @@ from types import ModuleType
 
 from gqa_flash import runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel is defined)
 
-GRADED_MODULES = ("naive", "online_softmax", "tiled", "forward", "backward")
-BONUS_MODULES = ("backward",)  # graded beyond the 100 points of the others
-CHOICES = ("student", "solutions")
+from gqa_flash.layout import COURSE_DIR, GRADED_MODULES, PACKAGE_DIR
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-COURSE_DIR = PACKAGE_DIR.parent
+CHOICES = ("student", "solutions")
+# The completed graded files: the one place in the package that names them.
 SOLUTIONS_DIR = COURSE_DIR / "solutions"
 
 _cache: dict[Path, tuple[int, ModuleType]] = {}

@@ -1,4 +1,4 @@
-# Student version of solutions/naive.py, written by `python -m gqa_flash.release`.
+# Student version of solutions/naive.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
 """Naive attention in plain PyTorch: the definition every faster version must match.
 

@@ -1,4 +1,4 @@
-# Student version of solutions/online_softmax.py, written by `python -m gqa_flash.release`.
+# Student version of solutions/online_softmax.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
 """Online softmax: the softmax of a row you may only read one block at a time.
 

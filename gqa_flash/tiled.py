@@ -1,4 +1,4 @@
-# Student version of solutions/tiled.py, written by `python -m gqa_flash.release`.
+# Student version of solutions/tiled.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
 """FlashAttention in PyTorch, with the tiles spelled out: the kernel's blueprint.
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from gqa_flash import bench, runtime
+from gqa_flash import runtime
+from gqa_flash.lab import bench
 
 
 def test_flops_are_counted_as_stated():

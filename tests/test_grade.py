@@ -10,7 +10,6 @@ does not sink the others.
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,18 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import grade, gradescope, impl, release, sandbox, submission
-from gqa_flash.testrun import Limits
+from gqa_flash import impl, layout
+from gqa_flash.grader import grade, gradescope, release, sandbox, submission
+from gqa_flash.grader.testrun import Limits
 
-COURSE = release.COURSE_DIR
-SOLUTIONS = COURSE / "solutions"
+COURSE = layout.COURSE_DIR
+SOLUTIONS = impl.SOLUTIONS_DIR
 # A test's own limit capped at CAP s (the graded tests take well under 1 s here,
 # but a loaded 2-core CI machine can stretch a good one several times over),
 # and the watchdog's grace after it at 3 s.
 CAP = 12
 FAST = Limits(timeout_cap_s=CAP, grace_s=3)
 # The required modules; the bonus module's tests would only add their run time here.
-REQUIRED = set(impl.GRADED_MODULES) - set(sandbox.BONUS_PARTS)
+REQUIRED = set(layout.GRADED_MODULES) - set(sandbox.BONUS_PARTS)
 
 
 def solution(name: str) -> str:
@@ -378,7 +378,7 @@ def test_the_snapshot_holds_stubs_and_tests_but_no_solution():
     # Every graded test file, in the order of the course's modules.
     graded_files = {p.name for p in (COURSE / "tests" / "graded").glob("test_*.py")}
     assert [Path(t).name for t in course.test_files] == [
-        f"test_{m}.py" for m in impl.GRADED_MODULES if f"test_{m}.py" in graded_files]
+        f"test_{m}.py" for m in layout.GRADED_MODULES if f"test_{m}.py" in graded_files]
     assert {Path(t).name for t in course.test_files} == graded_files
 
 

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import grade, release, sandbox
+from gqa_flash import impl
+from gqa_flash.grader import grade, sandbox
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import MUTANTS  # noqa: E402
 
-SOLUTIONS = release.COURSE_DIR / "solutions"
+SOLUTIONS = impl.SOLUTIONS_DIR
 
 
 def test_each_mutant_is_a_small_edit_of_a_solution():

@@ -23,9 +23,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from gqa_flash import release
+from gqa_flash import layout
+from gqa_flash.grader import release
 
-COURSE = release.COURSE_DIR
+COURSE = layout.COURSE_DIR
 EXERCISE_NOTEBOOKS = ("00", "01", "02", "03", "04")  # the graded path: each has checks of student code
 NOTEBOOKS = sorted((COURSE / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"

@@ -1,14 +1,13 @@
 """The grading contract: every graded test has points and a timeout; the required modules sum to 100."""
 
 import ast
-from pathlib import Path
 
-from gqa_flash import impl
+from gqa_flash import layout
 
-GRADED = Path(__file__).parent / "graded"
+GRADED = layout.GRADED_TESTS_DIR
 
-BONUS = {f"test_{m}.py" for m in impl.BONUS_MODULES}
-REQUIRED = {f"test_{m}.py" for m in impl.GRADED_MODULES} - BONUS
+BONUS = {f"test_{m}.py" for m in layout.BONUS_MODULES}
+REQUIRED = {f"test_{m}.py" for m in layout.GRADED_MODULES} - BONUS
 
 
 def _marks(func):

@@ -6,8 +6,9 @@ import textwrap
 
 import pytest
 
-from gqa_flash import release
-from gqa_flash.release import BEGIN, END, STUB, MarkerError, strip_solutions
+from gqa_flash import layout
+from gqa_flash.grader import release
+from gqa_flash.grader.release import BEGIN, END, STUB, MarkerError, strip_solutions
 
 BANNER = "# --- STUDENT IMPLEMENTATION REQUIRED HERE (Part {n}) ---"
 BANNER_END = "# --- END OF STUDENT IMPLEMENTATION ---"
@@ -18,12 +19,12 @@ def src(body: str) -> str:
 
 
 def test_student_files_are_in_sync_with_solutions():
-    result = subprocess.run([sys.executable, "-m", "gqa_flash.release", "--check"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "gqa_flash.grader.release", "--check"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
 def test_no_solution_marker_in_the_package():
-    for path in release.STUDENT_DIR.glob("*.py"):
+    for path in layout.PACKAGE_DIR.glob("*.py"):
         text = path.read_text()
         assert BEGIN not in text and END not in text, f"{path} holds a solution marker"
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash import impl, runtime
+from gqa_flash import impl, layout, runtime
 
 
 def run_python(code, **env):
@@ -53,7 +53,7 @@ def test_switch_chooses_the_files(monkeypatch):
     monkeypatch.setenv("GQA_FLASH_IMPL", "solutions")
     assert impl.load("naive").__file__ == str(impl.SOLUTIONS_DIR / "naive.py")
     monkeypatch.setenv("GQA_FLASH_IMPL", "student")
-    assert impl.load("naive").__file__ == str(impl.PACKAGE_DIR / "naive.py")
+    assert impl.load("naive").__file__ == str(layout.PACKAGE_DIR / "naive.py")
     assert impl.load("naive") is sys.modules["gqa_flash.naive"]
 
 

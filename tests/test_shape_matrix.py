@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash import fast_forward
+from gqa_flash.fast import forward as fast_forward
 from gqa_flash.reference import reference_attention
 from gqa_flash.testing import LAYOUTS, assert_lse_matches, assert_matches, gradient_error, peaked_qkv, random_qkv
 

@@ -7,13 +7,14 @@ not matter here), in a temporary copy of the course, in a subprocess.
 
 import pytest
 
-from gqa_flash import grade, impl
+from gqa_flash import layout
+from gqa_flash.grader import grade
 
 
 @pytest.mark.timeout(600)
 def test_every_graded_test_fails_on_the_stubs(tmp_path):
     report = grade.grade(tmp_path)
-    assert {t.part for t in report.tests} == set(impl.GRADED_MODULES), grade.table(report)
+    assert {t.part for t in report.tests} == set(layout.GRADED_MODULES), grade.table(report)
     passed = [t.id for t in report.tests if t.passed]
     assert not passed, f"graded tests that pass on the stubs (they cannot fail): {passed}"
     assert report.score == 0 and report.max_score == pytest.approx(100)  # bonus points come on top

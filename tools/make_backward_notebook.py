@@ -26,7 +26,8 @@ import matplotlib.pyplot as plt
 import torch
 
 import gqa_flash
-from gqa_flash import backward_checks, runtime, tiny_model
+from gqa_flash import runtime
+from gqa_flash.lab import backward_checks, tiny_model
 
 torch.manual_seed(0)
 print(gqa_flash.describe())
@@ -172,7 +173,7 @@ the same gradients as PyTorch, in $O(N)$ memory.
 
 ## How fast is it?
 
-Measured on an H200 (`bench/explore_fast.py`, the file in `notebooks/data/`; `python -m gqa_flash.bench
+Measured on an H200 (`bench/explore_fast.py`, the file in `notebooks/data/`; `python -m gqa_flash.lab.bench
 --backward` makes the same comparison): the time of one backward pass (dQ, dK and dV given dO and the
 forward's O and LSE), bf16, causal, 32 query heads on 8 KV heads, 16k tokens a launch, against SDPA's
 default backward (cuDNN) on the same inputs and the same dO. The FLOPs are counted as 2.5 times the forward's: the backward does five matrix
@@ -185,9 +186,9 @@ masks only the diagonal blocks). `gqa_flash.flash_attention(q, k, v, fast=True)`
 kernels.
 """),
 code(r"""
-from gqa_flash import perf_plots as pp
+from gqa_flash.lab import perf_plots as pp
 
-runs = [r for r in pp.read(pp.DATA_DIR / "h200_explore_fast_2026-12-02.csv") if r["kind"] == "bwd"]
+runs = [r for r in pp.read(pp.DATA_DIR / "h200_fast_tiles_forward_backward.csv") if r["kind"] == "bwd"]
 by = {(r["provider"], int(r["d"]), int(r["n"])): float(r["tflops"]) for r in runs}
 print("H200, bf16, causal, GQA 32:8; TFLOP/s counted as 2.5x the forward's FLOPs; (ratio to SDPA)")
 print(f"{'D':>4s} {'N':>6s} {'SDPA default':>13s} {'course graded':>15s} {'course fast':>15s}")

@@ -2,7 +2,7 @@
 
     python tools/make_performance_notebook.py
 
-The measured numbers live in notebooks/data/ (python -m gqa_flash.bench on the H200); the narrative
+The measured numbers live in notebooks/data/ (python -m gqa_flash.lab.bench on the H200); the narrative
 below quotes them, so re-read it whenever the data files change.
 """
 
@@ -13,10 +13,10 @@ import nbformat as nbf
 DATA = Path(__file__).resolve().parent.parent / "notebooks" / "data"
 # The committed H200 runs this notebook reads. EXTRA and CEILINGS are optional: without them the notebook
 # leaves out the other-shapes table and uses KINDS.md's ceilings.
-MAIN = "h200_bench_forward_main_2026-12-02.csv"
-MEMORY = "h200_bench_memory_2026-12-02.csv"
-EXTRA = "h200_bench_forward_extra_2026-12-02.csv"
-CEILINGS = "h200_ceilings_2026-12-02.csv"
+MAIN = "h200_forward_main.csv"
+MEMORY = "h200_memory.csv"
+EXTRA = "h200_forward_other_shapes.csv"
+CEILINGS = "h200_ceilings.csv"
 HAVE_EXTRA, HAVE_CEILINGS = (DATA / EXTRA).exists(), (DATA / CEILINGS).exists()
 
 # What the measured numbers say, in words (re-read when the data change).
@@ -27,7 +27,7 @@ NARRATIVE = dict(
   (`sdpa_flash`) everywhere, and faster than FlexAttention (`flex`, compiled by `torch.compile`).
 - The **fast kernel** (`gqa_flash/fast_forward.py`, section 5) reaches 0.91–0.98× at head_dim 64 and
   0.85–0.99× at 128: level with cuDNN at N = 16k (0.99 here; 1.00 in a second run the same hour, in
-  `h200_bench_forward_main_fast_2026-12-02.csv`), short of it at 4k (0.91–0.92).
+  `h200_forward_main_fast_shipped_configs.csv`), short of it at 4k (0.91–0.92).
 - Short sequences are harder: with N = 1024 a launch has few key blocks per query tile, and the fixed
   costs (loading Q, the epilogue, the masked diagonal block) weigh more.
 - `sdpa_cudnn` is the same cuDNN kernel pinned by hand: its ratio (0.98–1.02) is the noise of the
@@ -93,25 +93,25 @@ on an NVIDIA H200, side by side with PyTorch's own attention, in one run:
    separate fast kernel (`gqa_flash/fast_forward.py`), one change at a time.
 6. A **live run** of the benchmark, when this machine has a GPU.
 
-The measurements live in `notebooks/data/` (made by `python -m gqa_flash.bench` on the GPU), so
+The measurements live in `notebooks/data/` (made by `python -m gqa_flash.lab.bench` on the GPU), so
 this notebook runs the same on a laptop: only section 6 needs a GPU.
 """))
 cells.append(code(f"""
 import matplotlib.pyplot as plt
 
 import gqa_flash
-from gqa_flash import perf_plots as pp
+from gqa_flash.lab import perf_plots as pp
 
 print(gqa_flash.describe())
 bench = pp.read(pp.DATA_DIR / "{MAIN}")
 memory = pp.read(pp.DATA_DIR / "{MEMORY}")
 {'extra = pp.read(pp.DATA_DIR / "' + EXTRA + '")' if HAVE_EXTRA else 'extra = []'}
 matmul_tflops, copy_tbps = pp.read_ceilings(pp.DATA_DIR / "{CEILINGS}")
-explore = pp.read(pp.DATA_DIR / "h200_explore_forward_2026-12-02.csv")  # the graded kernel at fixed tiles
-explore_fast = pp.read(pp.DATA_DIR / "h200_explore_fast_2026-12-02.csv")  # the fast kernels, a later run
-run1 = pp.read(pp.DATA_DIR / "h200_bench_forward_main_first_2026-12-02.csv")  # the first fast kernel
-pingpong = pp.read(pp.DATA_DIR / "h200_explore_fast_pingpong2_2026-12-02.csv")  # two query sub-tiles
-lazy = pp.read(pp.DATA_DIR / "h200_explore_fast_pingpong_2026-12-02.csv")  # lazy rescaling, tried
+explore = pp.read(pp.DATA_DIR / "h200_graded_forward_tiles.csv")  # the graded kernel at fixed tiles
+explore_fast = pp.read(pp.DATA_DIR / "h200_fast_tiles_forward_backward.csv")  # the fast kernels, a later run
+run1 = pp.read(pp.DATA_DIR / "h200_forward_main_with_naive.csv")  # the first fast kernel
+pingpong = pp.read(pp.DATA_DIR / "h200_fast_forward_subtile_shapes.csv")  # two query sub-tiles
+lazy = pp.read(pp.DATA_DIR / "h200_fast_forward_subtiles_lazy_rescaling.csv")  # lazy rescaling, tried
 r = bench[0]
 print(f"measured {{r['date']}} on {{r['gpu']}} (driver {{r['driver']}}), torch {{r['torch']}}, triton {{r['triton']}}")
 """))
@@ -259,7 +259,7 @@ kernel's launcher hands a short list of candidates to `triton.autotune` on a GPU
    the first half stops at its own last row and the second finishes alone (the picture, left).
 """))
 cells.append(code(r"""
-from gqa_flash import viz
+from gqa_flash.lab import viz
 
 viz.plot_pingpong()
 plt.show()
@@ -326,12 +326,12 @@ from gqa_flash import runtime
 
 if runtime.DEVICE.type == "cuda":
     from pathlib import Path
-    from gqa_flash import bench as gb
+    from gqa_flash.lab import bench as gb
 
     rows = gb.run([gb.Case(runtime.default_dtype(), True, 128, 4096)],
                   ["course_graded", "course_fast", "sdpa_default", "sdpa_flash"], Path("/tmp/live_bench.csv"))
 else:
-    print("No GPU here: the numbers above are the H200's. Run `python -m gqa_flash.bench` on a GPU for your own.")
+    print("No GPU here: the numbers above are the H200's. Run `python -m gqa_flash.lab.bench` on a GPU for your own.")
 """))
 cells.append(md(r"""
 ## Check
@@ -350,12 +350,12 @@ print("PASS: every course-kernel row was checked against SDPA before timing"
 nb["cells"] = cells
 nb["metadata"]["kernelspec"] = {"display_name": "Python 3 (gqa-flash)", "language": "python", "name": "python3"}
 NARRATIVE["CEILINGS_TEXT"] = (
-    "The two ceilings were measured on the same GPU by `python -m gqa_flash.bench --ceilings`: an 8192³ bf16 "
+    "The two ceilings were measured on the same GPU by `python -m gqa_flash.lab.bench --ceilings`: an 8192³ bf16 "
     "matrix product through PyTorch, and a 1 GiB device-to-device copy (bytes read plus bytes written)."
     if HAVE_CEILINGS else
     "The two ceilings were measured on the same kind of machine (the device tool's KINDS.md): an 8192³ bf16 "
     "matrix product through PyTorch on random data, and a large device-to-device copy (bytes read plus "
-    "bytes written). `python -m gqa_flash.bench --ceilings` measures them on your GPU.")
+    "bytes written). `python -m gqa_flash.lab.bench --ceilings` measures them on your GPU.")
 for c in nb["cells"]:
     if c["cell_type"] == "markdown":
         for key, text in NARRATIVE.items():

@@ -91,7 +91,7 @@ def _free_port() -> int:
 
 def _stub_course(dest: Path) -> Path:
     """A copy of the course (Makefile, pyproject.toml, notebooks/, gqa_flash/) whose graded files are the stubs."""
-    from gqa_flash import release
+    from gqa_flash.grader import release
 
     ignore = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
     for name in ("Makefile", "pyproject.toml"):
@@ -391,7 +391,7 @@ def lab(request, tmp_path_factory, browser_summary):
         )
         yield lab
         saves = [line for line in log.read_text(errors="replace").splitlines() if "Saving file" in line]
-        assert not saves, f"JupyterLab saved a notebook during the test:\n" + "\n".join(saves)
+        assert not saves, "JupyterLab saved a notebook during the test:\n" + "\n".join(saves)
     finally:
         try:
             if lab.page is not None:

@@ -12,7 +12,7 @@ an instructor's hidden tests if any, and two scripts:
   environment with CPU-only torch (the image has no GPU, so kernels run in
   Triton's interpreter, in fp16 and fp32), triton, numpy, pytest and
   pytest-timeout;
-* ``run_autograder``: ``python -m gqa_flash.grade /autograder/submission
+* ``run_autograder``: ``python -m gqa_flash.grader /autograder/submission
   --out /autograder/results/results.json``. ``AUTOGRADER_ROOT`` and
   ``GQA_FLASH_PYTHON`` override ``/autograder`` and its Python, so that the
   course's own tests can run it in a temporary folder.
@@ -24,7 +24,7 @@ import stat
 import zipfile
 from pathlib import Path
 
-from gqa_flash import sandbox
+from gqa_flash.grader import sandbox
 
 HIDDEN = "after_due_date"  # Gradescope shows hidden tests' results once the due date has passed
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -65,7 +65,7 @@ def _name(test) -> str:
 SETUP_SH = """\
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
-# Written by `python -m gqa_flash.grade --gradescope-bundle`.
+# Written by `python -m gqa_flash.grader --gradescope-bundle`.
 set -euo pipefail
 apt-get update -q
 apt-get install -y -q python3 python3-venv python3-pip
@@ -79,7 +79,7 @@ python3 -m venv /autograder/venv
 
 RUN_AUTOGRADER = """\
 #!/usr/bin/env bash
-# Gradescope runs this for every submission. Written by `python -m gqa_flash.grade --gradescope-bundle`.
+# Gradescope runs this for every submission. Written by `python -m gqa_flash.grader --gradescope-bundle`.
 # AUTOGRADER_ROOT and GQA_FLASH_PYTHON override /autograder and its Python (to try the bundle locally).
 set -uo pipefail
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
@@ -87,7 +87,7 @@ PYTHON="${{GQA_FLASH_PYTHON:-$ROOT/venv/bin/python}}"
 RESULTS="$ROOT/results/results.json"
 mkdir -p "$ROOT/results"
 cd "$ROOT/source"
-PYTHONPATH="$ROOT/source" "$PYTHON" -m gqa_flash.grade "$ROOT/submission" --out "$RESULTS" \\
+PYTHONPATH="$ROOT/source" "$PYTHON" -m gqa_flash.grader "$ROOT/submission" --out "$RESULTS" \\
     --timeout {timeout}{extra}
 if [ ! -s "$RESULTS" ]; then  # the grader itself failed: say so rather than leave Gradescope guessing
     echo '{{"score": 0, "output": "The autograder failed before it could grade this submission. Please tell your instructor."}}' > "$RESULTS"

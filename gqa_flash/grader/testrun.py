@@ -1,10 +1,10 @@
 """Running the graded tests on a submission: a subprocess, a watchdog, and restarts.
 
 The tests run in a separate Python process (``python -m pytest``) in a fresh
-copy of the course (:mod:`gqa_flash.sandbox`), with ``GQA_FLASH_IMPL=student``
+copy of the course (:mod:`gqa_flash.grader.sandbox`), with ``GQA_FLASH_IMPL=student``
 and the copy first on ``PYTHONPATH``, so that ``import gqa_flash`` is the
 copy's package and its graded files are the submission's. The process writes
-what happens, test by test, to a log (:mod:`gqa_flash.grade_plugin`), which
+what happens, test by test, to a log (:mod:`gqa_flash.grader.plugin`), which
 this module reads while it runs.
 
 Whatever the submission does, every test ends up with a result:
@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gqa_flash import sandbox
+from gqa_flash.grader import sandbox
 
 LOG_TAIL = 2000  # characters of pytest's own output kept for a message when a run goes wrong
 
@@ -176,7 +176,7 @@ class _Run:
 def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> list[str]:
     cmd = [
         sys.executable, "-m", "pytest", *targets,
-        "-p", "gqa_flash.grade_plugin", "-p", "pytest_timeout",
+        "-p", "gqa_flash.grader.plugin", "-p", "pytest_timeout",
         f"--grade-log={log}",
         f"--grade-strikes={limits.strikes}",
         f"--grade-struck={','.join(f'{p}:{n}' for p, n in strikes.items())}",

@@ -1,4 +1,4 @@
-"""The pytest plugin the grader loads into each test run (``-p gqa_flash.grade_plugin``).
+"""The pytest plugin the grader loads into each test run (``-p gqa_flash.grader.plugin``).
 
 It runs inside the test process, next to the submission's code, and does four
 things the grader outside cannot:
@@ -40,8 +40,8 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import impl
-from gqa_flash.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
+from gqa_flash.layout import GRADED_FILES
+from gqa_flash.grader.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
 
 DEFAULT_TIMEOUT = 60.0  # seconds, for a test without a timeout mark (an instructor's hidden test)
 MESSAGE_CHARS = 300  # one failure line; the rest is noise in a gradebook
@@ -170,7 +170,6 @@ def describe(excinfo, graded_files) -> tuple[str, bool]:
 # --- hooks ------------------------------------------------------------------------
 
 _recorder: _Recorder | None = None
-_GRADED_FILES = {f"{m}.py" for m in impl.GRADED_MODULES}
 
 
 def pytest_configure(config):
@@ -222,7 +221,7 @@ def pytest_runtest_logstart(nodeid, location):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     if _recorder is not None:
-        _recorder.report(outcome.get_result(), call.excinfo, _GRADED_FILES)
+        _recorder.report(outcome.get_result(), call.excinfo, set(GRADED_FILES))
 
 
 def pytest_runtest_logfinish(nodeid, location):

@@ -1,4 +1,4 @@
-"""Benchmark the course's kernels against PyTorch's attention: ``python -m gqa_flash.bench``.
+"""Benchmark the course's kernels against PyTorch's attention: ``python -m gqa_flash.lab.bench``.
 
 On a GPU it times every provider on the same inputs, in one run, and writes a
 CSV whose every row records the date, GPU, driver, torch and triton versions:
@@ -389,7 +389,7 @@ def ceilings(out_path: Path, log=print) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gqa_flash.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m gqa_flash.lab.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", choices=["main", "extra", "all", "none"], default="main",
                         help="which cases to time (none: only --memory)")
     parser.add_argument("--providers", default="course_graded,course_fast,sdpa_default,sdpa_flash,sdpa_cudnn,flex,naive",
@@ -401,7 +401,7 @@ def main(argv=None) -> int:
                         help="only measure the roofline's matmul and copy ceilings, into this CSV")
     args = parser.parse_args(argv)
     if runtime.DEVICE.type != "cuda":
-        print("gqa_flash.bench: timings need a CUDA GPU; this machine runs kernels in Triton's interpreter "
+        print("gqa_flash.lab.bench: timings need a CUDA GPU; this machine runs kernels in Triton's interpreter "
               "(see notebooks/ for the committed H200 measurements). Nothing to do.")
         return 0
     if args.ceilings:

@@ -28,15 +28,15 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from gqa_flash import impl, release
+from gqa_flash import layout
+from gqa_flash.layout import GRADED_FILES
 
-GRADED_FILES = tuple(f"{m}.py" for m in impl.GRADED_MODULES)
 MAX_FILE_BYTES = 1 << 20  # a graded module is a few kilobytes of code
 SKIPPED_DIRS = {"__MACOSX", "__pycache__", ".ipynb_checkpoints", ".git"}
 # What graded code imports; anything else is worth a look.
 USUAL_IMPORTS = {"torch", "triton", "math", "numpy", "typing", "__future__", "functools", "dataclasses"}
 UNUSUAL_CALLS = {"__import__", "exec", "eval", "compile", "open", "setattr", "globals", "vars"}
-USUAL_COURSE_IMPORTS = {"gqa_flash", "gqa_flash.runtime"} | {f"gqa_flash.{m}" for m in impl.GRADED_MODULES}
+USUAL_COURSE_IMPORTS = {"gqa_flash", "gqa_flash.runtime"} | {f"gqa_flash.{m}" for m in layout.GRADED_MODULES}
 
 
 @dataclass
@@ -54,7 +54,7 @@ def read(source: Path | None, expected=GRADED_FILES) -> Submission:
     """
     if source is None:
         sub = Submission("working copy")
-        candidates = [c for c in _folder(release.STUDENT_DIR, sub, top_only=True) if c[0].name in GRADED_FILES]
+        candidates = [c for c in _folder(layout.PACKAGE_DIR, sub, top_only=True) if c[0].name in GRADED_FILES]
     else:
         source = Path(source)
         sub = Submission(str(source))

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gqa_flash import api, impl, release, runtime, testing
+from gqa_flash import api, impl, layout, runtime, testing
 from gqa_flash.reference import reference_attention, reference_softmax
 
 LOG2E = 1.4426950408889634
@@ -112,7 +112,7 @@ def _rel(module: str) -> str:
     """``gqa_flash/naive.py`` (or ``solutions/naive.py``): the file the check runs."""
     path = impl.path_of(module)
     try:
-        return str(path.relative_to(impl.COURSE_DIR))
+        return str(path.relative_to(layout.COURSE_DIR))
     except ValueError:
         return str(path)
 
@@ -139,10 +139,10 @@ def _part_regions(path: Path) -> list[tuple[int, int, int]]:
     except OSError:
         return regions
     for lineno, line in enumerate(lines, start=1):
-        m = release.BANNER.search(line)
+        m = layout.BANNER.search(line)
         if m and line.strip().startswith("#"):
             start, part = lineno, int(m.group(1))
-        elif line.strip() == release.BANNER_END and start is not None:
+        elif line.strip() == layout.BANNER_END and start is not None:
             regions.append((start, lineno, part))
             start = None
     return regions
@@ -1492,6 +1492,6 @@ __all__ = [
     "verdicts",
 ]
 
-if __name__ == "__main__":  # python -m gqa_flash.checks: the progress table
+if __name__ == "__main__":  # python -m gqa_flash.lab.checks: the progress table
     progress()
     sys.exit(0)

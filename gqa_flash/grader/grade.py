@@ -1,29 +1,29 @@
-"""Grade submissions: ``python -m gqa_flash.grade [SUBMISSION ...]``.
+"""Grade submissions: ``python -m gqa_flash.grader [SUBMISSION ...]``.
 
 A submission is a folder, a zip or a .py file holding some of the graded
 files (``naive.py``, ``online_softmax.py``, ``tiled.py``, ``forward.py``, at
 any depth); with none, the student's own working copy (``gqa_flash/``) is
 graded. For each one the grader
 
-1. takes only the graded files, as bytes (:mod:`gqa_flash.submission`);
+1. takes only the graded files, as bytes (:mod:`gqa_flash.grader.submission`);
 2. writes a fresh copy of the course in a temporary folder, from a snapshot
-   read once (:mod:`gqa_flash.sandbox`): the course's own support modules
+   read once (:mod:`gqa_flash.grader.sandbox`): the course's own support modules
    and tests, the submission's graded files, the stubs for the missing ones,
    no ``solutions/``;
 3. runs the graded tests there, in a subprocess, with a time limit per test
-   and per submission, restarting after a crash (:mod:`gqa_flash.testrun`,
-   :mod:`gqa_flash.grade_plugin`);
+   and per submission, restarting after a crash (:mod:`gqa_flash.grader.testrun`,
+   :mod:`gqa_flash.grader.plugin`);
 4. scores each test with its points (a parametrized test's points shared
    among its cases), removes the copy, and reports: a table on the terminal,
-   Gradescope's ``results.json`` (``--out``; :mod:`gqa_flash.gradescope`),
+   Gradescope's ``results.json`` (``--out``; :mod:`gqa_flash.grader.gradescope`),
    a CSV row per submission for a batch (``--csv``).
 
 Examples::
 
-    python -m gqa_flash.grade                                  # your own files
-    python -m gqa_flash.grade alice.zip --out results.json
-    python -m gqa_flash.grade submissions/*.zip --csv grades.csv --out results/ --jobs 4
-    python -m gqa_flash.grade --gradescope-bundle autograder.zip [--extra-tests hidden/]
+    python -m gqa_flash.grader                                  # your own files
+    python -m gqa_flash.grader alice.zip --out results.json
+    python -m gqa_flash.grader submissions/*.zip --csv grades.csv --out results/ --jobs 4
+    python -m gqa_flash.grader --gradescope-bundle autograder.zip [--extra-tests hidden/]
 
 A batch writes each submission's row (and its results.json) as soon as it is
 graded; run the same command again after an interruption and the
@@ -46,8 +46,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gqa_flash import gradescope, sandbox, submission, testrun
-from gqa_flash.testrun import Limits, TestResult
+from gqa_flash.grader import gradescope, sandbox, submission, testrun
+from gqa_flash.grader.testrun import Limits, TestResult
 
 
 @dataclass
@@ -263,7 +263,7 @@ def grade_batch(sources: list[Path], *, course: sandbox.Course, only=None, limit
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m gqa_flash.grade", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m gqa_flash.grader", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Grade gqa-flash submissions: a table, Gradescope's results.json, a CSV row each.",
         epilog="examples:\n" + __doc__.split("Examples::\n\n", 1)[1].split("\n\n", 1)[0],
     )

@@ -1,6 +1,6 @@
 """Pictures of the measured performance (notebook 05): read the benchmark CSVs, draw them.
 
-The CSVs come from ``python -m gqa_flash.bench`` on a GPU; the H200 runs are
+The CSVs come from ``python -m gqa_flash.lab.bench`` on a GPU; the H200 runs are
 committed under ``notebooks/data`` so that students without a GPU see them too.
 """
 
@@ -10,12 +10,14 @@ import csv
 import math
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "notebooks" / "data"
+from gqa_flash import layout
+
+DATA_DIR = layout.DATA_DIR
 
 # Ceilings measured on one H200 of the lent machines (device tool, KINDS.md,
 # 2026-10-28 and 2026-11-04): an 8192^3 bf16 matrix product through PyTorch on
 # random data, and a large device-to-device copy counting bytes read + written.
-# ``python -m gqa_flash.bench --ceilings`` measures them again (read_ceilings).
+# ``python -m gqa_flash.lab.bench --ceilings`` measures them again (read_ceilings).
 H200_MATMUL_TFLOPS = 788.0
 H200_COPY_TBPS = 4.3
 

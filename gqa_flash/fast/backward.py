@@ -163,7 +163,7 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
 
     ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages) skips the autotuner, for benchmarks.
     """
-    from gqa_flash.fast_forward import copy_engine_can_read
+    from gqa_flash.fast.forward import copy_engine_can_read
 
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]

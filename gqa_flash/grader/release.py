@@ -1,4 +1,4 @@
-"""Write the student files from the solutions: ``python -m gqa_flash.release [--check]``.
+"""Write the student files from the solutions: ``python -m gqa_flash.grader.release [--check]``.
 
 The solutions are the single source of truth. In ``solutions/<module>.py``
 every piece a student writes sits inside the seed's banner, between markers
@@ -30,24 +30,22 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from gqa_flash import impl, layout
+from gqa_flash.layout import BANNER, BANNER_END
 
 # Spelled in two pieces so that this file never contains the markers themselves.
 BEGIN = "### BEGIN " + "SOLUTION"
 STUB = "### " + "STUB"
 END = "### END " + "SOLUTION"
-BANNER = re.compile(r"#\s*--- STUDENT IMPLEMENTATION REQUIRED HERE \(Part (\d+)\) ---")
-BANNER_END = "# --- END OF STUDENT IMPLEMENTATION ---"
-
-COURSE_DIR = Path(__file__).resolve().parent.parent
-SOLUTIONS_DIR = COURSE_DIR / "solutions"
-STUDENT_DIR = COURSE_DIR / "gqa_flash"
+SOLUTIONS_DIR = impl.SOLUTIONS_DIR
+STUDENT_DIR = layout.PACKAGE_DIR
 
 HEADER = (
-    "# Student version of solutions/{name}, written by `python -m gqa_flash.release`.\n"
+    "# Student version of solutions/{name}, written by `python -m gqa_flash.grader.release`.\n"
     "# Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.\n"
 )
 
@@ -175,7 +173,7 @@ def check(solutions_dir: Path = SOLUTIONS_DIR, student_dir: Path = STUDENT_DIR) 
     problems = []
     for path, text in plan(solutions_dir, student_dir).items():
         if not path.exists():
-            problems.append(f"{path}: missing (run `python -m gqa_flash.release`)")
+            problems.append(f"{path}: missing (run `python -m gqa_flash.grader.release`)")
         elif path.read_text() != text:
             diff = difflib.unified_diff(
                 text.splitlines(), path.read_text().splitlines(), "expected (from solutions)", str(path), lineterm="", n=1
@@ -190,7 +188,7 @@ def check(solutions_dir: Path = SOLUTIONS_DIR, student_dir: Path = STUDENT_DIR) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gqa_flash.release", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m gqa_flash.grader.release", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the student files have drifted")
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, help="folder of the solution files")
     parser.add_argument("--out", type=Path, default=STUDENT_DIR, help="folder the student files go to")

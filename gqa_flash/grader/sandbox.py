@@ -11,7 +11,7 @@ the next run nor for the next submission; :func:`tampered` says what it
 touched, so the instructor hears about it.
 
 The copy never holds ``solutions/``: a missing graded file gets the stub
-``python -m gqa_flash.release`` would write. In a student release or a
+``python -m gqa_flash.grader.release`` would write. In a student release or a
 Gradescope bundle, where there is no ``solutions/`` folder, the package's own
 graded files are the stubs.
 """
@@ -25,13 +25,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gqa_flash import impl, release
+from gqa_flash import impl, layout
+from gqa_flash.grader import release
+from gqa_flash.layout import COURSE_DIR, GRADED_FILES
 
-COURSE_DIR = release.COURSE_DIR
-GRADED_FILES = tuple(f"{m}.py" for m in impl.GRADED_MODULES)
 # Bonus modules: their tests' points come on top of the 100 of the required ones,
 # so they are not in the maximum.
-BONUS_PARTS = impl.BONUS_MODULES
+BONUS_PARTS = layout.BONUS_MODULES
 HIDDEN_DIR = "tests/extra"  # where an instructor's extra tests go in the copy
 MAX_TEST_FILE_BYTES = 1 << 20  # per test file (an extra test is code, not a data set)
 
@@ -52,7 +52,7 @@ class Course:
 
 
 def _stubs(course_dir: Path) -> dict[str, bytes]:
-    solutions = course_dir / "solutions"
+    solutions = course_dir / impl.SOLUTIONS_DIR.name
     if solutions.is_dir():
         plan = release.plan(solutions, Path("gqa_flash"))
         stubs = {p.as_posix(): text.encode() for p, text in plan.items()}
@@ -80,10 +80,11 @@ def read_tree(root: Path, prefix: str) -> dict[str, bytes]:
 def snapshot(course_dir: Path = COURSE_DIR, extra_tests: Path | None = None) -> Course:
     """Read the course into memory: support modules, stubs, graded tests, and the extra tests if any."""
     package = course_dir / "gqa_flash"
+    # The whole package (its wings too: the grader's plugin runs in the copy), but the graded files.
     files = {
-        f"gqa_flash/{p.name}": p.read_bytes()
-        for p in sorted(package.glob("*.py"))
-        if p.name not in GRADED_FILES
+        f"gqa_flash/{p.relative_to(package).as_posix()}": p.read_bytes()
+        for p in sorted(package.rglob("*.py"))
+        if "__pycache__" not in p.parts and p.relative_to(package).as_posix() not in GRADED_FILES
     }
     files.update(_stubs(course_dir))
     files["pyproject.toml"] = (course_dir / "pyproject.toml").read_bytes()
@@ -98,7 +99,7 @@ def snapshot(course_dir: Path = COURSE_DIR, extra_tests: Path | None = None) -> 
         if k.startswith(("tests/graded/", HIDDEN_DIR + "/")) and Path(k).name.startswith("test_") and k.endswith(".py")
     ]
     # The graded tests first, each in the order of the course's modules; then the extra ones.
-    order = {f"test_{m}.py": i for i, m in enumerate(impl.GRADED_MODULES)}
+    order = {f"test_{m}.py": i for i, m in enumerate(layout.GRADED_MODULES)}
     tests.sort(key=lambda k: (k.startswith(HIDDEN_DIR), order.get(Path(k).name, len(order)), k))
     return Course(files=files, test_files=tuple(tests))
 
