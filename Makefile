@@ -8,14 +8,14 @@ PORT   ?= 8888
 # JupyterLab refuses to run as root unless told to (containers, CI).
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test test-graded test-browser grade autograder release check-release clean
+.PHONY: setup lab test test-lint test-pytest test-nbval test-graded test-browser grade autograder release check-release clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[course]'
+	$(BIN)/python -m pip install -e '.[course,dev]'
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 --display-name "Python 3 (gqa-flash)"
 	touch $@
 
@@ -23,12 +23,29 @@ $(VENV)/.installed: pyproject.toml
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(LAB_ARGS)
 
-# Run every test with the solutions: the course's own checks, the graded tests,
-# the grader, the notebooks in a real browser (Chromium and Playwright are
-# installed first), and every notebook under nbval (check cells must print what is stored).
+# Run every test with the solutions, phase by phase: the linter, the course's own checks, the
+# graded tests and the grader (pytest), the notebooks in a real browser (Chromium and Playwright
+# are installed first), and every notebook under nbval (check cells must print what is stored).
+# Every phase runs even when an earlier one failed, so one failure cannot hide the others;
+# the last line names the phases that failed, and make test fails if any did.
+TEST_PHASES := lint pytest nbval
 test: setup
+	@failed=""; \
+	for phase in $(TEST_PHASES); do \
+	  echo "=== make test: $$phase"; \
+	  $(MAKE) --no-print-directory test-$$phase || failed="$$failed $$phase"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "=== make test: FAILED:$$failed"; exit 1; fi; \
+	echo "=== make test: every phase passed ($(TEST_PHASES))"
+
+test-lint: setup
+	$(BIN)/ruff check .
+
+test-pytest: setup
 	VENV=$(VENV) bash tests/browser/install.sh
 	GQA_FLASH_IMPL=solutions $(BIN)/python -m pytest tests
+
+test-nbval: setup
 	GQA_FLASH_IMPL=solutions $(BIN)/python -m pytest --nbval-lax --nbval-current-env notebooks -p no:cacheprovider
 
 # The course in JupyterLab in headless Chromium, with the solutions and with the stubs.

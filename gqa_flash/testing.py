@@ -201,6 +201,28 @@ def assert_lse_matches(lse, ref_lse, context=""):
         raise AssertionError(f"{problem}{'; ' + context if context else ''}")
 
 
+def assert_attention_matches(result, q, k, v, *, causal, sm_scale, return_lse, context=""):
+    """The attention tests' verdict: O, and the LSE when asked for, against the float64 reference."""
+    from gqa_flash.reference import reference_attention
+
+    ref, ref_lse = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+    if return_lse:
+        assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
+        out, lse = result
+        assert_lse_matches(lse, ref_lse, context)
+    else:
+        out = result
+    assert isinstance(out, torch.Tensor) and out.dtype == q.dtype, f"O must be a tensor of q's dtype {q.dtype}"
+    assert_matches("O", out, ref, q.dtype, context)
+
+
+def case_context(seed, q, k, causal, *details) -> str:
+    """How a failing case names itself: seed, shape, KV heads, causal, dtype and the test's own details."""
+    dtype = str(q.dtype).replace("torch.", "")
+    return ", ".join([f"seed {seed}", f"shape {list(q.shape)} with {k.shape[1]} KV heads", f"causal={causal}",
+                      dtype, *details])
+
+
 class KernelOnlyViolation(AssertionError):
     """The Triton kernel path computed attention with PyTorch instead."""
 

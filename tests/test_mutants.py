@@ -41,6 +41,7 @@ def test_each_mutant_is_a_small_edit_of_a_solution():
 def graded(tmp_path_factory):
     """{mutant name or 'solutions': report}, graded os.cpu_count() at a time."""
     root = tmp_path_factory.mktemp("mutants")
+    work = tmp_path_factory.mktemp("grading")  # the grader's copies: a folder of this test's own
     course = sandbox.snapshot()
     solutions = root / "solutions"
     solutions.mkdir()
@@ -58,7 +59,7 @@ def graded(tmp_path_factory):
 
     def run(job):
         name, src, only = job
-        return name, grade.grade(src, course=course, only=only)
+        return name, grade.grade(src, course=course, only=only, workdir=work)
 
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

@@ -19,7 +19,8 @@ def src(body: str) -> str:
 
 
 def test_student_files_are_in_sync_with_solutions():
-    result = subprocess.run([sys.executable, "-m", "gqa_flash.grader.release", "--check"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "gqa_flash.grader.release", "--check"],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 

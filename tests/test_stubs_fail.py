@@ -13,7 +13,7 @@ from gqa_flash.grader import grade
 
 @pytest.mark.timeout(600)
 def test_every_graded_test_fails_on_the_stubs(tmp_path):
-    report = grade.grade(tmp_path)
+    report = grade.grade(tmp_path, workdir=tmp_path)
     assert {t.part for t in report.tests} == set(layout.GRADED_MODULES), grade.table(report)
     passed = [t.id for t in report.tests if t.passed]
     assert not passed, f"graded tests that pass on the stubs (they cannot fail): {passed}"

@@ -157,7 +157,8 @@ def test_merge_states_shapes_must_agree():
 def test_backward_checks_its_extra_arguments(backward):
     q, k, v = qkv(dtype=runtime.default_dtype())
     o, lse, do = torch.zeros_like(q), torch.zeros(q.shape[:3], device=q.device), torch.zeros_like(q)
-    expect(ValueError, r"o must have q's shape \[1, 4, 8, 16\]; got \[1, 4, 8, 8\]", backward, q, k, v, o[..., :8], lse, do)
+    expect(ValueError, r"o must have q's shape \[1, 4, 8, 16\]; got \[1, 4, 8, 8\]",
+           backward, q, k, v, o[..., :8], lse, do)
     expect(ValueError, r"do must have q's shape", backward, q, k, v, o, lse, do[:, :2])
     expect(ValueError, r"lse must be \[batch, q_heads, seq\] = \[1, 4, 8\]; got \[1, 4, 7\]", backward, q, k, v, o,
            lse[..., :7], do)

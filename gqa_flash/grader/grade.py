@@ -110,8 +110,12 @@ def _verdict(tests: list[TestResult]) -> str:
 
 
 def grade(source: Path | None = None, *, course: sandbox.Course | None = None, only=None,
-          limits: Limits | None = None) -> Report:
-    """Grade one submission (a folder, zip or .py file; None: the working copy). Never raises for a bad one."""
+          limits: Limits | None = None, workdir: Path | None = None) -> Report:
+    """Grade one submission (a folder, zip or .py file; None: the working copy). Never raises for a bad one.
+
+    The copy of the course lives in a new folder under ``workdir`` (default: the
+    temporary directory, ``TMPDIR``) and is removed when the grading ends.
+    """
     start = time.monotonic()
     course = course or sandbox.snapshot()
     limits = limits or Limits()
@@ -119,15 +123,15 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
     expected = [f"{p}.py" for p in _parts(course, only)]
     sub = submission.read(source, expected=[f for f in course.graded_files if f in expected])
     report = Report(submission=sub.name, notes=list(sub.notes), files=sorted(sub.files))
-    workdir = Path(tempfile.mkdtemp(prefix="gqa-flash-grade-"))
+    scratch = Path(tempfile.mkdtemp(prefix="gqa-flash-grade-", dir=workdir))
     try:
-        run = testrun.run_tests(course, sub.files, workdir, test_files, limits)
+        run = testrun.run_tests(course, sub.files, scratch, test_files, limits)
         report.tests = run.tests
         report.notes.extend(run.notes)
     except Exception as e:  # a bug of the grader's own must not stop a batch
         report.notes.append(f"the grader failed on this submission: {type(e).__name__}: {e}")
     finally:
-        sandbox.remove(workdir)
+        sandbox.remove(scratch)
     report.seconds = time.monotonic() - start
     return report
 
@@ -235,7 +239,7 @@ def _json_names(sources: list[Path]) -> dict[Path, str]:
 
 
 def grade_batch(sources: list[Path], *, course: sandbox.Course, only=None, limits: Limits | None = None,
-                jobs: int = 1, on_done=None) -> list[Report]:
+                jobs: int = 1, on_done=None, workdir: Path | None = None) -> list[Report]:
     """Grade many submissions, jobs at a time; on_done(source, report) as each one finishes.
 
     Each submission's tests run in their own processes; the threads here only
@@ -244,7 +248,8 @@ def grade_batch(sources: list[Path], *, course: sandbox.Course, only=None, limit
     reports = []
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        futures = {pool.submit(grade, src, course=course, only=only, limits=limits): src for src in sources}
+        futures = {pool.submit(grade, src, course=course, only=only, limits=limits, workdir=workdir): src
+                   for src in sources}
         for future in as_completed(futures):
             report = future.result()
             reports.append(report)
@@ -275,10 +280,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="submissions graded at once (default: half the cores)")
     p.add_argument("--only", help="grade only these parts, e.g. naive,forward")
     p.add_argument("--extra-tests", type=Path, help="a folder of hidden tests (shown after the due date)")
-    p.add_argument("--timeout", type=float, default=Limits.submission_s, help="seconds per submission (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=Limits.submission_s,
+                   help="seconds per submission (default %(default)s)")
     p.add_argument("--test-timeout-cap", type=float, help="cap each test's own time limit (seconds)")
     p.add_argument("--strikes", type=int, default=Limits.strikes,
                    help="hangs or crashes after which a part's remaining tests are not run (default %(default)s)")
+    p.add_argument("--workdir", type=Path,
+                   help="where the temporary copies of the course go (default: TMPDIR, else the system's)")
     p.add_argument("--gradescope-bundle", type=Path, metavar="ZIP",
                    help="write Gradescope's autograder zip (with --extra-tests if given) and grade nothing")
     return p
@@ -311,6 +319,9 @@ def _main(argv: list[str] | None) -> int:
         print(f"wrote {args.gradescope_bundle} ({len(names)} files): upload it as the autograder "
               "(Ubuntu base image; the course runs on the CPU there)")
         return 0
+    if args.workdir is not None and not args.workdir.is_dir():
+        print(f"grade: --workdir {args.workdir} is not a folder", file=sys.stderr)
+        return 2
     only = set(args.only.split(",")) if args.only else None
     limits = Limits(submission_s=args.timeout, timeout_cap_s=args.test_timeout_cap, strikes=args.strikes)
     try:
@@ -323,7 +334,8 @@ def _main(argv: list[str] | None) -> int:
         return 2
 
     if len(args.submissions) <= 1:
-        report = grade(args.submissions[0] if args.submissions else None, course=course, only=only, limits=limits)
+        report = grade(args.submissions[0] if args.submissions else None, course=course, only=only, limits=limits,
+                       workdir=args.workdir)
         print(table(report))
         if args.out:
             out = Path(args.out)
@@ -353,7 +365,8 @@ def _main(argv: list[str] | None) -> int:
             progress.done(f"{_num(report.score):>6} / {_num(report.max_score)}  {report.submission}{flag}")
 
     try:
-        grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done)
+        grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done,
+                    workdir=args.workdir)
     finally:
         progress.close()
     return 0

@@ -90,7 +90,8 @@ cd "$ROOT/source"
 PYTHONPATH="$ROOT/source" "$PYTHON" -m gqa_flash.grader "$ROOT/submission" --out "$RESULTS" \\
     --timeout {timeout}{extra}
 if [ ! -s "$RESULTS" ]; then  # the grader itself failed: say so rather than leave Gradescope guessing
-    echo '{{"score": 0, "output": "The autograder failed before it could grade this submission. Please tell your instructor."}}' > "$RESULTS"
+    MESSAGE="The autograder failed before it could grade this submission. Please tell your instructor."
+    echo "{{\"score\": 0, \"output\": \"$MESSAGE\"}}" > "$RESULTS"
 fi
 """
 

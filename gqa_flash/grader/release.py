@@ -176,7 +176,8 @@ def check(solutions_dir: Path = SOLUTIONS_DIR, student_dir: Path = STUDENT_DIR) 
             problems.append(f"{path}: missing (run `python -m gqa_flash.grader.release`)")
         elif path.read_text() != text:
             diff = difflib.unified_diff(
-                text.splitlines(), path.read_text().splitlines(), "expected (from solutions)", str(path), lineterm="", n=1
+                text.splitlines(), path.read_text().splitlines(), "expected (from solutions)", str(path),
+                lineterm="", n=1
             )
             problems.append(f"{path}: differs from its solution's stubs:\n" + "\n".join(list(diff)[:40]))
     for path in sorted(student_dir.glob("*.py")):

@@ -188,7 +188,8 @@ def _check_code(name: str, content: bytes) -> list[str]:
                 unusual.add(module)
     notes = []
     if unusual:
-        notes.append(f"review: {name} imports {', '.join(sorted(unusual))} (graded code needs only torch, triton and math)")
+        notes.append(f"review: {name} imports {', '.join(sorted(unusual))} "
+                     "(graded code needs only torch, triton and math)")
     if calls:
         notes.append(f"review: {name} calls {', '.join(sorted(calls))}")
     return notes

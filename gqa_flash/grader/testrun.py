@@ -193,7 +193,10 @@ def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> lis
 
 def _environment(copy: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON", "GQA_FLASH_IMPL"))}
+    scratch = copy.parent / "tmp"  # the tests' temporary files stay in this grading's folder, removed with it
+    scratch.mkdir(exist_ok=True)
     env.update(
+        TMPDIR=str(scratch),
         GQA_FLASH_IMPL="student",  # the copy's graded files are the submission's
         PYTHONPATH=str(copy),  # ahead of any installed gqa_flash
         PYTHONDONTWRITEBYTECODE="1",
@@ -307,7 +310,8 @@ def _death(returncode: int | None) -> str:
     """A test's failure message when the process died during it."""
     if returncode is not None and returncode < 0:
         what = {signal.SIGSEGV: "a segmentation fault", signal.SIGABRT: "an abort", signal.SIGBUS: "a bus error",
-                signal.SIGKILL: "killed (out of memory?)", signal.SIGXFSZ: "wrote a file larger than allowed (printing too much?)"}
+                signal.SIGKILL: "killed (out of memory?)",
+                signal.SIGXFSZ: "wrote a file larger than allowed (printing too much?)"}
         sig = -returncode
         return f"the test process crashed during this test: {_exit_status(returncode)}, {what.get(sig, 'a signal')}"
     return (f"the test process exited during this test ({_exit_status(returncode)}): "

@@ -534,7 +534,8 @@ def plot_pingpong(block_m=32, block_n=8, q_block=1):
     # Right: an idealised timeline of one key tile's work for both halves, on the two kinds of units.
     serial = [(0, "S0", 0), (1, "exp 0", 1), (0, "P0 V", 2), (0, "S1", 3), (1, "exp 1", 4), (0, "P1 V", 5)]
     paired = [(0, "S0", 0), (0, "S1", 1), (1, "exp 0", 1), (0, "P0 V", 2), (1, "exp 1", 2), (0, "P1 V", 3)]
-    for y_off, blocks, name in ((3.2, serial, "one half after\nthe other: 6"), (0.4, paired, "both halves\ninterleaved: 4")):
+    rows = ((3.2, serial, "one half after\nthe other: 6"), (0.4, paired, "both halves\ninterleaved: 4"))
+    for y_off, blocks, name in rows:
         for unit, text, t in blocks:
             y = y_off + (1.1 if unit == 0 else 0)
             b.add_patch(Rectangle((t, y), 1, 1, facecolor=VISITED if unit == 0 else MASKED, edgecolor="white", lw=2))

@@ -204,7 +204,8 @@ class Lab:
             f"""() => {{
                 const panel = document.querySelector('{PANEL}');
                 return panel.querySelectorAll('.jp-OutputArea-output').length === 0 &&
-                    [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].every(p => !/[0-9*]/.test(p.textContent));
+                    [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                        .every(p => !/[0-9*]/.test(p.textContent));
             }}""",
             timeout=15_000,
         )

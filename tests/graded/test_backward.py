@@ -37,7 +37,8 @@ def _first_wrong(got, ref, dtype):
     if not bad.any():
         return "no single entry (the error is spread out)"
     b, h, n, d = (int(i) for i in bad.nonzero()[0])
-    return f"batch {b}, head {h}, row {n}, col {d} (got {float(got[b, h, n, d]):.4g}, expected {float(ref[b, h, n, d]):.4g})"
+    got, expected = float(got[b, h, n, d]), float(ref[b, h, n, d])
+    return f"batch {b}, head {h}, row {n}, col {d} (got {got:.4g}, expected {expected:.4g})"
 
 
 @pytest.mark.points(4)

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash.reference import reference_attention
-from gqa_flash.testing import assert_lse_matches, assert_matches, kernel_only, peaked_qkv, random_qkv
+from gqa_flash.testing import assert_attention_matches, case_context, kernel_only, peaked_qkv, random_qkv
 
 
 def check(seed, causal=True, sm_scale=None, dtype=torch.float32, layout="contiguous", lse=False, qkv=None, **shape):
@@ -19,19 +18,8 @@ def check(seed, causal=True, sm_scale=None, dtype=torch.float32, layout="contigu
     with kernel_only() as launches:
         result = gqa_flash.flash_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=lse)
     assert launches.count > 0, "flash_attention_forward must launch the Triton kernel"
-    ref, ref_lse = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
-    ctx = (
-        f"seed {seed}, shape {list(q.shape)} with {k.shape[1]} KV heads, causal={causal}, "
-        f"{str(q.dtype).replace('torch.', '')}, layout {layout}"
-    )
-    if lse:
-        assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
-        out, got_lse = result
-        assert_lse_matches(got_lse, ref_lse, ctx)
-    else:
-        out = result
-    assert isinstance(out, torch.Tensor) and out.dtype == q.dtype, f"O must be a tensor of q's dtype {q.dtype}"
-    assert_matches("O", out, ref, dtype, ctx)
+    assert_attention_matches(result, q, k, v, causal=causal, sm_scale=sm_scale, return_lse=lse,
+                             context=case_context(seed, q, k, causal, f"layout {layout}"))
 
 
 @pytest.mark.points(3)

@@ -4,8 +4,7 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash.reference import reference_attention
-from gqa_flash.testing import assert_lse_matches, assert_matches, peaked_qkv, random_qkv
+from gqa_flash.testing import assert_attention_matches, case_context, peaked_qkv, random_qkv
 
 
 def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, block_n=16, lse=False, qkv=None,
@@ -14,19 +13,8 @@ def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, blo
     result = gqa_flash.tiled_attention(
         q, k, v, causal=causal, sm_scale=sm_scale, block_m=block_m, block_n=block_n, return_lse=lse
     )
-    ref, ref_lse = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
-    ctx = (
-        f"seed {seed}, shape {list(q.shape)} with {k.shape[1]} KV heads, causal={causal}, "
-        f"block_m={block_m}, block_n={block_n}, {q.dtype}"
-    )
-    if lse:
-        assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
-        out, got_lse = result
-        assert_lse_matches(got_lse, ref_lse, ctx)
-    else:
-        out = result
-    assert isinstance(out, torch.Tensor) and out.dtype == q.dtype, f"O must be a tensor of q's dtype {q.dtype}"
-    assert_matches("O", out, ref, dtype, ctx)
+    assert_attention_matches(result, q, k, v, causal=causal, sm_scale=sm_scale, return_lse=lse,
+                             context=case_context(seed, q, k, causal, f"block_m={block_m}, block_n={block_n}"))
 
 
 @pytest.mark.points(3)

@@ -47,7 +47,8 @@ def _m(name, file, bug, *edits, survives=""):
 MUTANTS = [
     # --- naive.py ---------------------------------------------------------------
     _m("naive_kv_head_modulo", "naive.py", "kv head h % n_kv_heads instead of h // group_size",
-       ("torch.arange(n_q_heads, device=q.device) // group_size", "torch.arange(n_q_heads, device=q.device) % n_kv_heads")),
+       ("torch.arange(n_q_heads, device=q.device) // group_size",
+        "torch.arange(n_q_heads, device=q.device) % n_kv_heads")),
     _m("naive_mask_off_by_one", "naive.py", "causal mask hides the diagonal too (triu(0))",
        (".triu(diagonal=1)", ".triu(diagonal=0)")),
     _m("naive_no_sm_scale", "naive.py", "forgets to multiply the scores by sm_scale",
@@ -58,7 +59,8 @@ MUTANTS = [
     _m("softmax_no_rescale", "online_softmax.py", "merges the sums without rescaling them to the new max",
        ("l = l_a * torch.exp(m_a - m_finite) + l_b * torch.exp(m_b - m_finite)", "l = l_a + l_b")),
     _m("softmax_masked_block_nan", "online_softmax.py", "all -inf block: exp(-inf - -inf) = NaN",
-       ("l = torch.exp(x_block - m_finite[..., None]).sum(dim=-1)", "l = torch.exp(x_block - m[..., None]).sum(dim=-1)")),
+       ("l = torch.exp(x_block - m_finite[..., None]).sum(dim=-1)",
+        "l = torch.exp(x_block - m[..., None]).sum(dim=-1)")),
     _m("softmax_drops_ragged_tail", "online_softmax.py", "the loop skips the last, shorter block",
        ("for start in range(0, n, block_size):", "for start in range(0, n - block_size + 1, block_size):")),
     # --- tiled.py -----------------------------------------------------------------
@@ -100,7 +102,8 @@ MUTANTS = [
     _m("forward_divides_twice", "forward.py", "divides by l_i twice",
        ("    o = acc / l_i[:, None]\n", "    o = acc / l_i[:, None] / l_i[:, None]\n")),
     # --- backward.py (bonus) ---------------------------------------------------------
-    _m("backward_no_group_sum", "backward.py", "dK/dV from the group's first query head only, not summed over the group",
+    _m("backward_no_group_sum", "backward.py",
+       "dK/dV from the group's first query head only, not summed over the group",
        ("q_head_idx = kv_head_idx * group_size + h", "q_head_idx = kv_head_idx * group_size")),
     _m("backward_lse_natural_base", "backward.py", "the saved LSE (natural log) used as if it were in log2 units",
        ("lse2 = tl.load(LSE + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0) * 1.4426950408889634\n"
