@@ -4,13 +4,15 @@
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
-kernel at fixed configs: with and without a warp-specialized key loop and
-two query sub-tiles a program (ping-pong). (Session 3's first run also
-timed lazy rescaling, an option since taken out of the kernel; its numbers
-are in notebooks/data/h200_fast_forward_subtiles_lazy_rescaling.csv.)
-Backward: SDPA default, the graded and fast backward autotuned, then the fast
-backward at fixed configs. Every variant is checked against SDPA before it is
-timed. Writes OUT_DIR/explore_fast.csv.
+kernel at fixed configs: one query tile or two query sub-tiles a program
+(ping-pong). Backward: SDPA default, the graded and fast backward autotuned,
+then the fast backward at fixed configs. Every variant is checked against
+SDPA before it is timed. Writes OUT_DIR/explore_fast_<parts>.csv.
+
+Earlier runs also timed lazy rescaling, a warp-specialized key loop and the
+copy engine's bulk dQ add, options since taken out of the kernels; their
+outcomes are in bench/RESULTS.md (lazy rescaling's numbers in
+notebooks/data/h200_fast_forward_subtiles_lazy_rescaling.csv).
 """
 
 import csv
@@ -26,13 +28,13 @@ import gqa_flash
 from gqa_flash import impl
 from gqa_flash.fast import backward as fast_backward, forward as fast_forward
 
-FWD = [  # BLOCK_M, BLOCK_N, warps, stages, warp-specialized, query sub-tiles (ping-pong)
-    (128, 128, 8, 3, False, 1), (128, 64, 8, 3, False, 1), (64, 64, 4, 3, False, 1), (256, 64, 8, 3, False, 2),
-    (256, 64, 8, 2, False, 2), (256, 64, 8, 4, False, 2), (256, 64, 8, 3, True, 2), (256, 32, 8, 3, False, 2),
-    (128, 64, 4, 3, False, 2), (128, 64, 4, 2, False, 2), (128, 64, 4, 4, False, 2), (128, 32, 4, 3, False, 2),
+FWD = [  # BLOCK_M, BLOCK_N, warps, stages, query sub-tiles (2: ping-pong)
+    (128, 128, 8, 3, 1), (128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (256, 64, 8, 3, 2),
+    (256, 64, 8, 2, 2), (256, 64, 8, 4, 2), (256, 32, 8, 3, 2),
+    (128, 64, 4, 3, 2), (128, 64, 4, 2, 2), (128, 64, 4, 4, 2), (128, 32, 4, 3, 2),
 ]
-BWD = [  # BLOCK_M, BLOCK_N, warps, stages, dQ added by the copy engine (else one atomic per element)
-    (64, 128, 8, 2, True), (64, 128, 8, 2, False), (64, 128, 8, 3, True), (64, 64, 4, 2, True),
+BWD = [  # BLOCK_M, BLOCK_N, warps, stages (dQ: one atomic add per element)
+    (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2),
 ]
 
 
@@ -68,48 +70,50 @@ def main(out_dir, parts=("fwd", "bwd")):
                 if "autotuned" in name:
                     traceback.print_exc()
 
-    for d in (64, 128) if "fwd" in parts else ():
-        for n in (1024, 4096, 16384):
-            b, hq, hkv = 16384 // n, 32, 8
-            gen = torch.Generator(device="cuda").manual_seed(0)
-            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
-            flops = 4 * b * hq * n * n * d / 2
-            ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            base = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
-            record("fwd", "sdpa_default", d, n, base, flops, base, 0.0)
-            variants = [("graded_autotuned", lambda: graded.flash_attention_forward(q, k, v, causal=True)),
-                        ("fast_autotuned", lambda: fast_forward.fast_attention_forward(q, k, v, causal=True))]
-            for bm, bn, w, st, ws, sub in FWD:
-                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, WARP_SPECIALIZE=ws, SUBTILES=sub)
-                variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_ws' if ws else ''}{'_sub2' if sub == 2 else ''}",
-                                 lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg)))
-            measure("fwd", variants, d, n, flops, base, lambda out: rel(out, ref), 2e-2)
-            del q, k, v, ref
+    def forward_case(d, n):
+        b, hq, hkv = 16384 // n, 32, 8
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
+        flops = 4 * b * hq * n * n * d / 2
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        base = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+        record("fwd", "sdpa_default", d, n, base, flops, base, 0.0)
+        variants = [("graded_autotuned", lambda: graded.flash_attention_forward(q, k, v, causal=True)),
+                    ("fast_autotuned", lambda: fast_forward.fast_attention_forward(q, k, v, causal=True))]
+        for bm, bn, w, st, sub in FWD:
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=sub)
+            variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_sub2' if sub == 2 else ''}",
+                             lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg)))
+        measure("fwd", variants, d, n, flops, base, lambda out: rel(out, ref), 2e-2)
 
-    for d in (64, 128) if "bwd" in parts else ():
-        for n in (1024, 4096, 16384):
-            b, hq, hkv = 16384 // n, 32, 8
-            gen = torch.Generator(device="cuda").manual_seed(0)
-            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
-            do = torch.randn(b, hq, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-            flops = 2.5 * 4 * b * hq * n * n * d / 2
-            qr, kr, vr = (t.detach().requires_grad_(True) for t in (q, k, v))
-            o_ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True, enable_gqa=True)
-            ref = torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True)
-            base = bench(lambda: torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True))
-            record("bwd", "sdpa_default", d, n, base, flops, base, 0.0)
-            o, lse = fast_forward.fast_attention_forward(q, k, v, causal=True, return_lse=True)
-            variants = [
-                ("graded_autotuned", lambda: gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=True)),
-                ("fast_autotuned", lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True)),
-            ]
-            for bm, bn, w, st, bulk in BWD:
-                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, DQ_BULK_ADD=bulk)
-                variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_bulk' if bulk else '_atomic'}",
-                                 lambda cfg=cfg: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True,
-                                                                                      config=cfg)))
-            measure("bwd", variants, d, n, flops, base, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
-            del q, k, v, do, o, lse, qr, kr, vr, o_ref, ref
+    def backward_case(d, n):
+        b, hq, hkv = 16384 // n, 32, 8
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
+        do = torch.randn(b, hq, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        flops = 2.5 * 4 * b * hq * n * n * d / 2
+        qr, kr, vr = (t.detach().requires_grad_(True) for t in (q, k, v))
+        o_ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True, enable_gqa=True)
+        ref = torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True)
+        base = bench(lambda: torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True))
+        record("bwd", "sdpa_default", d, n, base, flops, base, 0.0)
+        o, lse = fast_forward.fast_attention_forward(q, k, v, causal=True, return_lse=True)
+        variants = [
+            ("graded_autotuned", lambda: gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=True)),
+            ("fast_autotuned", lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True)),
+        ]
+        for bm, bn, w, st in BWD:
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+            variants.append((f"fast_{bm}x{bn}_w{w}_s{st}",
+                             lambda cfg=cfg: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True,
+                                                                                  config=cfg)))
+        measure("bwd", variants, d, n, flops, base, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
+
+    # One function a case: its tensors are freed when it returns, before the next case allocates.
+    for kind, case in (("fwd", forward_case), ("bwd", backward_case)):
+        for d in (64, 128) if kind in parts else ():
+            for n in (1024, 4096, 16384):
+                case(d, n)
 
     out.close()
 

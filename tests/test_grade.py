@@ -454,7 +454,7 @@ def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_p
     root = tmp_path / "autograder"  # stands in for /autograder
     with zipfile.ZipFile(bundle) as z:
         names = z.namelist()
-        assert {"setup.sh", "run_autograder", "requirements.txt", "gqa_flash/grade.py",
+        assert {"setup.sh", "run_autograder", "requirements.txt", "gqa_flash/grader/grade.py",
                 "tests/graded/test_forward.py", "hidden_tests/test_hidden_naive.py"} <= set(names)
         assert not any(n.startswith("solutions") for n in names)
         for name in release.plan(SOLUTIONS, Path("gqa_flash")):  # the stubs, never the solutions

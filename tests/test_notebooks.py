@@ -4,8 +4,8 @@ A student who has written nothing yet must be able to run every notebook top
 to bottom and read one FAIL per exercise, not a stack trace. A check cell is
 a cell whose first line is ``# NBVAL_CHECK_OUTPUT``; it checks student code
 when it calls ``checks.check_<part>()`` or ``checks.progress()``
-(gqa_flash/checks.py), or another ``*checks.check_<part>()`` module's. Other
-check cells (a notebook's own data checks, say) must only run.
+(gqa_flash/lab/checks/, notebook 06's bonus checks included). Other check
+cells (a notebook's own data checks, say) must only run.
 
 The stubs are generated afresh from solutions/ into a temporary copy of the
 course (as in test_stubs_fail.py), so a student's own work in gqa_flash/ does

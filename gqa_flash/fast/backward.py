@@ -1,9 +1,10 @@
 """The course's fastest backward pass: the graded backward plus what a GPU rewards.
 
-Not graded, and not for students to write: the maths is ``backward.py``'s
-(recompute P from the saved LSE, D = rowsum(dO * O), dS = P * (dP - D)), and
-one program still owns one key block of one KV head and walks every query
-head of its group, so dK and dV are summed in registers. What changes:
+Not graded, and not for students to write: the maths is that of the graded
+``gqa_flash/backward.py`` (recompute P from the saved LSE, D = rowsum(dO * O),
+dS = P * (dP - D)), and one program still owns one key block of one KV head
+and walks every query head of its group, so dK and dV are summed in
+registers. What changes:
 
 1. dQ in the same pass. The graded backward computes dQ in a second kernel,
    which recomputes S = QK^T and dP = dO V^T for every tile: 7 matrix
@@ -14,7 +15,7 @@ head of its group, so dK and dV are summed in registers. What changes:
    order, so dQ can differ in its last bits from run to run (dK and dV
    cannot: they are summed in registers in a fixed order), and the atomics
    themselves: on the H200 this wins at head_dim 64 and loses to the graded
-   backward at 128 (bench/NOTES.md).
+   backward at 128 (bench/RESULTS.md).
 2. Masks only where they matter. Under the causal mask, the query blocks
    that overlap this key block (the diagonal) need the mask; every later
    query block sees the whole key block. Padding rows need no mask at all:
@@ -22,12 +23,21 @@ head of its group, so dK and dV are summed in registers. What changes:
    a ragged last key block is masked everywhere (a zero key against a very
    negative LSE would overflow exp2).
 3. Tensor descriptors built on the host (the copy engine, as in
-   ``fast_forward.py``), and the heaviest key blocks first: under the causal
-   mask key block 0 is seen by every query, the last one by the fewest.
+   ``gqa_flash/fast/forward.py``), and the heaviest key blocks first: under
+   the causal mask key block 0 is seen by every query, the last one by the
+   fewest.
 
-Inputs the copy engine cannot read (a last dim with stride != 1, unaligned
-rows) and fp32 go to the graded backward. It runs in the interpreter too, so
-the CPU tests check it against float64 autograd.
+D = rowsum(dO * O) comes from a small kernel of its own (``_delta_kernel``).
+Inputs the copy engine cannot read (a last dim with stride != 1, rows that
+are not a multiple of 16 bytes, an unaligned base; an incoming gradient
+expanded from a scalar is one) are copied first into a layout it can, as in
+the forward. fp32 runs the same kernels with ieee products and, on a GPU, a
+fixed small tile (``FP32_CONFIG``) instead of the autotuner. It runs in the
+interpreter too, so the CPU tests check it against float64 autograd.
+
+Adding each dQ tile with one bulk reduce of the copy engine
+(``desc.atomic_add``) instead of per-element atomics was measured and
+removed: bench/RESULTS.md.
 """
 
 import torch
@@ -35,13 +45,31 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gqa_flash import impl, runtime
+from gqa_flash import runtime
+from gqa_flash.fast.forward import empty_readable, input_precision, readable
 
 
 @triton.jit
-def _key_block_step(dk, dv, k, v, q_desc, do_desc, dq_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
+def _delta_kernel(o_desc, do_desc, Delta, SEQ_LEN, N_HEADS, ROWS: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
+    """Delta[b, h, r] = sum over the head dim of dO * O, for ROWS rows of one (batch, head).
+
+    The copy engine loads the rows past SEQ_LEN and the columns past the head dim as zeros,
+    so only the store is masked. Products and sum in fp32, whatever the input dtype.
+    """
+    row0 = tl.program_id(0) * ROWS
+    bh = tl.program_id(1)
+    batch = bh // N_HEADS
+    head = bh % N_HEADS
+    o = o_desc.load([batch, head, row0, 0]).reshape(ROWS, HEAD_DIM_PAD).to(tl.float32)
+    do = do_desc.load([batch, head, row0, 0]).reshape(ROWS, HEAD_DIM_PAD).to(tl.float32)
+    rows = row0 + tl.arange(0, ROWS)
+    tl.store(Delta + bh.to(tl.int64) * SEQ_LEN + rows, tl.sum(o * do, axis=1), mask=rows < SEQ_LEN)
+
+
+@triton.jit
+def _key_block_step(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
                     start, end, qk_scale, SEQ_LEN, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, DQ_BULK_ADD: tl.constexpr):
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """Add the query blocks start..end of one query head into dk, dv (registers) and DQ (atomics)."""
     for m0 in tl.range(start, end, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -51,32 +79,29 @@ def _key_block_step(dk, dv, k, v, q_desc, do_desc, dq_desc, DQ, LSE, Delta, batc
         lse2 = tl.load(LSE + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0) * 1.4426950408889634
         delta = tl.load(Delta + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0)
         # The tile transposed, keys down the rows: dk and dv come out one row per key.
-        pT = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])
+        pT = tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale - lse2[None, :])
         if MASKED:
             visible = offs_n[:, None] < SEQ_LEN
             if CAUSAL:
                 visible = visible & (offs_n[:, None] <= offs_m[None, :])
             pT = tl.where(visible, pT, 0.0)
-        dv = tl.dot(pT.to(do.dtype), do, dv)
-        dpT = tl.dot(v, tl.trans(do))
+        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=INPUT_PRECISION)
+        dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
         dsT = (pT * (dpT - delta[None, :])).to(q.dtype)
-        dk = tl.dot(dsT, q, dk)
-        # This tile's share of dQ (sm_scale is applied once, on the host).
-        dq = tl.dot(tl.trans(dsT), k)
-        if DQ_BULK_ADD:  # the copy engine adds the whole tile in L2 (a GPU only: not in the interpreter)
-            dq_desc.atomic_add([batch, q_head, m0, 0], dq.reshape(1, 1, BLOCK_M, HEAD_DIM_PAD))
-        else:  # one atomic add per element
-            dq_ptrs = DQ + (bh * SEQ_LEN + offs_m[:, None]) * HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_PAD)[None, :]
-            tl.atomic_add(dq_ptrs, dq, mask=m_ok[:, None], sem="relaxed")
+        dk = tl.dot(dsT, q, dk, input_precision=INPUT_PRECISION)
+        # This tile's share of dQ (sm_scale is applied once, on the host), one atomic add per element.
+        dq = tl.dot(tl.trans(dsT), k, input_precision=INPUT_PRECISION)
+        dq_ptrs = DQ + (bh * SEQ_LEN + offs_m[:, None]) * HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_PAD)[None, :]
+        tl.atomic_add(dq_ptrs, dq, mask=m_ok[:, None], sem="relaxed")
     return dk, dv
 
 
 @triton.jit
 def _fast_backward_kernel(
-    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, DQ, LSE, Delta,
+    q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, DQ, LSE, Delta,
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    DQ_BULK_ADD: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     """dK, dV of one key block of one KV head (summed over its group), and its share of dQ.
 
@@ -104,20 +129,20 @@ def _fast_backward_kernel(
         bh = (batch * N_Q_HEADS + q_head).to(tl.int64)  # row of LSE, Delta and DQ
         if CAUSAL:  # the diagonal: query blocks that overlap this key block, masked
             dk, dv = _key_block_step(
-                dk, dv, k, v, q_desc, do_desc, dq_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
+                dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
                 n0, tl.minimum(n0 + BLOCK_N, SEQ_LEN), qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M,
-                True, CAUSAL, DQ_BULK_ADD)
+                True, CAUSAL, INPUT_PRECISION)
             start = n0 + BLOCK_N  # every later query sees every key of the block
         else:
             start = 0
         if ragged:  # the last key block, with keys past SEQ_LEN: masked everywhere
             dk, dv = _key_block_step(
-                dk, dv, k, v, q_desc, do_desc, dq_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
-                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_BULK_ADD)
+                dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
+                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, INPUT_PRECISION)
         else:  # no mask at all
             dk, dv = _key_block_step(
-                dk, dv, k, v, q_desc, do_desc, dq_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
-                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False, CAUSAL, DQ_BULK_ADD)
+                dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
+                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False, CAUSAL, INPUT_PRECISION)
 
     dk = dk * sm_scale  # S = Q K^T * sm_scale, so dK picks up the scale once
     dk_desc.store([batch, kv_head, n0, 0], dk.to(dk_desc.dtype).reshape(1, 1, BLOCK_N, HEAD_DIM_PAD))
@@ -126,11 +151,12 @@ def _fast_backward_kernel(
 
 def _set_block_shapes(nargs):
     bm, bn, dp = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["HEAD_DIM_PAD"]
-    for name, rows in (("q_desc", bm), ("do_desc", bm), ("dq_desc", bm), ("k_desc", bn), ("v_desc", bn),
-                       ("dk_desc", bn), ("dv_desc", bn)):
+    for name, rows in (("q_desc", bm), ("do_desc", bm), ("k_desc", bn), ("v_desc", bn), ("dk_desc", bn),
+                       ("dv_desc", bn)):
         nargs[name].block_shape = [1, 1, rows, dp]
 
 
+# For fp16 and bf16; fp32 takes FP32_CONFIG.
 CONFIGS = [
     triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=w, num_stages=st, pre_hook=_set_block_shapes)
     for bm, bn, w, st in [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (32, 128, 8, 2), (32, 64, 4, 2),
@@ -146,6 +172,11 @@ def _prune(configs, named_args, **kwargs):
 
 
 INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32)
+# fp32 on a GPU: ieee products on the CUDA cores and 4-byte tiles; dK and dV of BLOCK_N keys live
+# in registers. The smallest tile, at every head dim: of the small tiles the one that spills fewest
+# registers (ptxas's report for sm_90, Triton 3.6). fp32 checks the maths, not the speed.
+FP32_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+DELTA_ROWS = 64  # rows of D a program computes on a GPU (16 in the interpreter)
 _tuned = None
 
 
@@ -158,46 +189,50 @@ def _kernel():
     return _tuned
 
 
+def _delta(o, do, head_dim_pad):
+    """D = rowsum(dO * O), [B, Hq, N] fp32; ``o`` and ``do`` in layouts the copy engine reads."""
+    batch, n_heads, seq_len, _ = o.shape
+    rows = 16 if runtime.INTERPRETER else DELTA_ROWS
+    delta = torch.empty((batch, n_heads, seq_len), dtype=torch.float32, device=o.device)
+    o_desc, do_desc = (TensorDescriptor.from_tensor(t, [1, 1, rows, head_dim_pad]) for t in (o, do))
+    _delta_kernel[(triton.cdiv(seq_len, rows), batch * n_heads)](
+        o_desc, do_desc, delta, seq_len, n_heads, ROWS=rows, HEAD_DIM_PAD=head_dim_pad)
+    return delta
+
+
 def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, config=None):
     """Same contract as ``flash_attention_backward``; inputs are checked by the caller.
 
-    ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages) skips the autotuner, for benchmarks.
+    Inputs the copy engine cannot read are copied first into a layout it can. ``config``
+    (BLOCK_M, BLOCK_N, num_warps, num_stages) skips the autotuner, for benchmarks; fp32 on a
+    GPU takes ``FP32_CONFIG`` unless one is given.
     """
-    from gqa_flash.fast.forward import copy_engine_can_read
-
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
     if sm_scale is None:
         sm_scale = head_dim ** -0.5
-    graded = impl.load("backward", "solutions")
-    if q.dtype == torch.float32 or not all(copy_engine_can_read(t) for t in (q, k, v, do)):
-        return graded.flash_attention_backward(q, k, v, o, lse, do, causal=causal, sm_scale=sm_scale)
+    q, k, v, o, do = (readable(t) for t in (q, k, v, o, do))
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     lse = lse.float().contiguous()
-    delta = torch.empty_like(lse)
-    block = graded.INTERPRETER_CONFIG["BLOCK_M"] if runtime.INTERPRETER else graded.PREPROCESS_BLOCK_M
-    graded._backward_preprocess[(triton.cdiv(seq_len, block), batch * n_q_heads)](
-        o, do, delta, *o.stride(), *do.stride(), seq_len, n_q_heads,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block,
-    )
+    delta = _delta(o, do, head_dim_pad)
     dq = torch.zeros((batch, n_q_heads, seq_len, head_dim_pad), dtype=torch.float32, device=q.device)
-    dk = torch.empty((batch, n_kv_heads, seq_len, head_dim), dtype=k.dtype, device=k.device)
-    dv = torch.empty((batch, n_kv_heads, seq_len, head_dim), dtype=v.dtype, device=v.device)
+    dk = empty_readable((batch, n_kv_heads, seq_len, head_dim), k.dtype, k.device)
+    dv = empty_readable((batch, n_kv_heads, seq_len, head_dim), v.dtype, v.device)
     descs = {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad]) for name, t in (
-        ("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dk_desc", dk), ("dv_desc", dv),
-        ("dq_desc", dq))}
-    if runtime.INTERPRETER or config is not None:
-        kernel, config = _fast_backward_kernel, dict(config or INTERPRETER_CONFIG)
+        ("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dk_desc", dk), ("dv_desc", dv))}
+    if config is None and runtime.INTERPRETER:
+        config = INTERPRETER_CONFIG
+    elif config is None and q.dtype == torch.float32:
+        config = FP32_CONFIG
+    if config is not None:
+        kernel, config = _fast_backward_kernel, dict(config)
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
     else:
         kernel, config = _kernel(), {}
-    # DQ_BULK_ADD=True (a GPU only) lets the copy engine add each dQ tile in one bulk reduce. On the
-    # H200 it was 4-6% slower at head_dim 64 and did not fit shared memory at 128 (bench/NOTES.md).
-    bulk_add = config.pop("DQ_BULK_ADD", False)
     grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,)  # noqa: E731
     kernel[grid](
         *descs.values(), dq, lse, delta, sm_scale, seq_len, batch, n_q_heads, n_kv_heads,
-        HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, DQ_BULK_ADD=bulk_add, **config,
+        HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, INPUT_PRECISION=input_precision(q.dtype), **config,
     )
     dq = (dq[..., :head_dim] * sm_scale).to(q.dtype).contiguous()
-    return dq, dk, dv
+    return dq, dk.contiguous(), dv.contiguous()

@@ -1,8 +1,8 @@
 """The course's fastest forward kernel: the graded kernel plus what a GPU rewards.
 
 Not graded, and not for students to write: it is the graded kernel of
-``forward.py`` (same maths, same two phases, same exp2 and LSE) with the
-changes that the performance notebook measures one by one:
+``gqa_flash/forward.py`` (same maths, same two phases, same exp2 and LSE) with
+the changes that the performance notebook measures one by one:
 
 1. Tensor descriptors, built once on the host (``TensorDescriptor``) and
    passed to the kernel. On Hopper the copy engine (TMA) moves whole tiles
@@ -35,9 +35,21 @@ changes that the performance notebook measures one by one:
 5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
    which the graded kernel's masked loads make too costly, next to plain ones.
 
-It needs a last dimension with stride 1 and 16-byte aligned rows (the copy
-engine's rules); other layouts fall back to the graded kernel. It runs in the
-interpreter too (descriptors work there), so the CPU tests cover it.
+The copy engine reads a last dimension of stride 1 with 16-byte aligned
+rows. An input in another layout (a strided view, a head dim whose rows are
+not a multiple of 16 bytes, an unaligned base) is first copied into one it
+can read (``readable``): a copy of that input, the price of the layout; the
+fast path for tensors it can read copies nothing. fp32 inputs run the same
+kernel with ieee products (``INPUT_PRECISION="ieee"``, so fp32 matches
+float64 as tightly as the graded kernel; fp16 and bf16 pass Triton's default,
+"tf32", which only fp32 operands read, so their compiled kernel is unchanged)
+and, on a GPU, one fixed tile that fits in shared memory at every head dim
+(``FP32_CONFIG``) instead of the autotuner, whose candidates are sized for
+2-byte inputs. It runs in the interpreter too (descriptors work there), so
+the CPU tests cover it.
+
+A warp-specialized key loop (``tl.range(..., warp_specialize=True)``) was
+measured and removed: bench/RESULTS.md.
 """
 
 import torch
@@ -45,13 +57,14 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gqa_flash import impl, runtime
+from gqa_flash import runtime
 
 
 @triton.jit
-def _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+def _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+            INPUT_PRECISION: tl.constexpr):
     """Raw scores of one query tile against one key tile; -inf where a key is hidden."""
-    s = tl.dot(q, tl.trans(k))
+    s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION)
     if MASKED:
         offs_n = start_n + tl.arange(0, BLOCK_N)
         visible = offs_n[None, :] < SEQ_LEN
@@ -62,44 +75,44 @@ def _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, MASKED: tl.co
 
 
 @triton.jit
-def _fold(acc, l_i, m_i, s, v, qk_scale):
+def _fold(acc, l_i, m_i, s, v, qk_scale, INPUT_PRECISION: tl.constexpr):
     """The online-softmax update: fold one tile of scores (and its values) into the state."""
     m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
     p = tl.exp2(s * qk_scale - m_new[:, None])  # one FMA per score
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
     return acc, l_i, m_new
 
 
 @triton.jit
 def _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, start, end, offs_m, qk_scale, SEQ_LEN,
             BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-            WARP_SPECIALIZE: tl.constexpr):
+            INPUT_PRECISION: tl.constexpr):
     """Fold key blocks start..end (exclusive, in steps of BLOCK_N) into the state."""
-    for start_n in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    for start_n in tl.range(start, end, BLOCK_N):
         # [BLOCK_N, HEAD_DIM_PAD] tiles; rows past SEQ_LEN and columns past HEAD_DIM come back as 0.
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-        s = _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N, MASKED, CAUSAL)
-        acc, l_i, m_i = _fold(acc, l_i, m_i, s, v, qk_scale)
+        s = _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
+        acc, l_i, m_i = _fold(acc, l_i, m_i, s, v, qk_scale, INPUT_PRECISION)
     return acc, l_i, m_i
 
 
 @triton.jit
 def _attend_pair(acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, start,
                  end, qk_scale, SEQ_LEN, BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr,
-                 CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+                 CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """``_attend`` for two query sub-tiles that share each key tile (the software ping-pong):
     both score products are issued before either softmax, so the tensor cores can work on
     one sub-tile while the exp2 units work on the other."""
-    for start_n in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    for start_n in tl.range(start, end, BLOCK_N):
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-        s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, BLOCK_N, MASKED, CAUSAL)
-        s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, BLOCK_N, MASKED, CAUSAL)
-        acc0, l0, m0 = _fold(acc0, l0, m0, s0, v, qk_scale)
-        acc1, l1, m1 = _fold(acc1, l1, m1, s1, v, qk_scale)
+        s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
+        s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
+        acc0, l0, m0 = _fold(acc0, l0, m0, s0, v, qk_scale, INPUT_PRECISION)
+        acc1, l1, m1 = _fold(acc1, l1, m1, s1, v, qk_scale, INPUT_PRECISION)
     return acc0, l0, m0, acc1, l1, m1
 
 
@@ -108,7 +121,7 @@ def _fast_forward_kernel(
     q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh,
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr, SUBTILES: tl.constexpr,
+    SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
     # One flat grid, decoded so that neighbours share a KV head:
@@ -142,9 +155,9 @@ def _fast_forward_kernel(
         q = q_desc.load([batch, q_head, q_start, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
         acc, l_i, m_i = _empty_state(BLOCK_M, HEAD_DIM_PAD)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, 0, phase1_end, offs_m, qk_scale,
-                                SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, WARP_SPECIALIZE)
+                                SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, INPUT_PRECISION)
         acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, phase1_end, phase2_end, offs_m,
-                                qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False)
+                                qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
         _store(acc, l_i, m_i, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, BLOCK_M, HEAD_DIM_PAD)
     else:
         tl.static_assert(SUBTILES == 2, "SUBTILES is 1 or 2")
@@ -157,7 +170,7 @@ def _fast_forward_kernel(
         acc1, l1, m1 = _empty_state(SUB, HEAD_DIM_PAD)
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
             acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, 0, phase1_end,
-            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, WARP_SPECIALIZE)
+            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, INPUT_PRECISION)
         if CAUSAL:
             # The diagonal: the first sub-tile sees no key past its own last row, so the
             # second sub-tile finishes the diagonal alone.
@@ -167,9 +180,9 @@ def _fast_forward_kernel(
             pair_end = phase2_end
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
             acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, phase1_end,
-            pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False)
+            pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
         acc1, l1, m1 = _attend(acc1, l1, m1, q1, k_desc, v_desc, batch, kv_head, pair_end, phase2_end, offs_m1,
-                               qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, False)
+                               qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
         _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
         _store(acc1, l1, m1, o_desc, lse_base, batch, q_head, q_start + SUB, SEQ_LEN, SUB, HEAD_DIM_PAD)
 
@@ -201,7 +214,7 @@ def _set_block_shapes(nargs):
 
 
 def _config(bm, bn, warps, stages, subtiles):
-    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, SUBTILES=subtiles, WARP_SPECIALIZE=False),
+    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, SUBTILES=subtiles),
                          num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
 
 
@@ -212,9 +225,7 @@ def _config(bm, bn, warps, stages, subtiles):
 # 64 x 32 without sub-tiles are there for head dims above 128, where the
 # sub-tiled tiles do not fit in shared memory or spill registers. Fewer
 # candidates also means fewer chances for the autotuner's own timing noise
-# to pick a worse one. (A warp-specialized key loop, WARP_SPECIALIZE,
-# compiles on Hopper with 8 warps only and measured within the noise of the
-# same tile without it, so it is not a candidate; bench/NOTES.md.)
+# to pick a worse one. These are for fp16 and bf16; fp32 takes FP32_CONFIG.
 CONFIGS = [
     _config(bm, bn, w, st, sub) for bm, bn, w, st, sub in [
         (256, 64, 8, 3, 2), (128, 64, 4, 3, 2), (128, 64, 4, 2, 2), (64, 64, 4, 3, 1),
@@ -234,7 +245,11 @@ def _prune(configs, named_args, **kwargs):
 
 
 INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, SUBTILES=2)  # the ping-pong path, which the H200 runs most
-OPTION_DEFAULTS = dict(SUBTILES=1, WARP_SPECIALIZE=False)
+# fp32 on a GPU: ieee products run on the CUDA cores, not the tensor cores, and every tile is twice
+# the bytes of a 2-byte one. One small tile at every head dim: 64 KB of shared memory at head_dim 256,
+# and of the small tiles the one that spills fewest registers there (ptxas's report for sm_90,
+# Triton 3.6: none at head_dim 64). fp32 is there to check the maths, not for speed.
+FP32_CONFIG = dict(BLOCK_M=32, BLOCK_N=32, SUBTILES=1, num_warps=8, num_stages=1)
 _tuned = None
 
 
@@ -254,29 +269,53 @@ def copy_engine_can_read(t) -> bool:
     return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in t.stride()[:-1])
 
 
+def empty_readable(shape, dtype, device):
+    """An uninitialised tensor of ``shape`` that the copy engine can read and write: contiguous,
+    with each row padded to a multiple of 16 bytes when it is not one already (a view of the
+    first ``shape[-1]`` columns then)."""
+    per_16_bytes = 16 // dtype.itemsize
+    width = triton.cdiv(shape[-1], per_16_bytes) * per_16_bytes
+    t = torch.empty((*shape[:-1], width), dtype=dtype, device=device)
+    return t if width == shape[-1] else t[..., :shape[-1]]
+
+
+def readable(t):
+    """``t`` itself when the copy engine can read it, else a copy of it in a layout it can."""
+    if copy_engine_can_read(t):
+        return t
+    return empty_readable(t.shape, t.dtype, t.device).copy_(t)
+
+
+def input_precision(dtype) -> str:
+    """ieee (exact fp32) products for fp32 inputs; for fp16 and bf16, Triton's default, which
+    only fp32 operands would use."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
 def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None):
     """Same contract as ``flash_attention_forward``; inputs are checked by the caller.
 
-    ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages and optionally
-    SUBTILES, WARP_SPECIALIZE) skips the autotuner, for benchmarks.
+    Inputs the copy engine cannot read are copied first into a layout it can (``readable``).
+    ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages and optionally SUBTILES) skips the
+    autotuner, for benchmarks; fp32 on a GPU takes ``FP32_CONFIG`` unless one is given.
     """
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
     if sm_scale is None:
         sm_scale = head_dim ** -0.5
-    if not all(copy_engine_can_read(t) for t in (q, k, v)) or q.dtype == torch.float32:
-        # fp32 wants ieee products and other layouts the copy engine cannot read: the graded kernel.
-        return impl.load("forward", "solutions").flash_attention_forward(
-            q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
-    o = torch.empty((batch, n_q_heads, seq_len, head_dim), dtype=q.dtype, device=q.device)
+    q, k, v = readable(q), readable(k), readable(v)
+    o = empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
     lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     # Placeholder tile shapes; _set_block_shapes puts the real ones in before the launch.
     descs = {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad])
              for name, t in (("q_desc", q), ("k_desc", k), ("v_desc", v), ("o_desc", o))}
-    if runtime.INTERPRETER or config is not None:
-        kernel = _fast_forward_kernel
-        config = {**OPTION_DEFAULTS, **(INTERPRETER_CONFIG if config is None else config)}
+    if config is None and runtime.INTERPRETER:
+        config = INTERPRETER_CONFIG
+    elif config is None and q.dtype == torch.float32:
+        config = FP32_CONFIG
+    if config is not None:
+        kernel, config = _fast_forward_kernel, {"SUBTILES": 1, **config}
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
     else:
         kernel, config = _kernel(), {}
@@ -284,6 +323,8 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     kernel[grid](
         descs["q_desc"], descs["k_desc"], descs["v_desc"], descs["o_desc"], lse, *lse.stride()[:2],
         sm_scale, seq_len, batch, n_q_heads, n_kv_heads,
-        HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, **config,
+        HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, INPUT_PRECISION=input_precision(q.dtype), **config,
     )
+    if not o.is_contiguous():  # rows were padded to 16 bytes: hand back a plain tensor
+        o = o.contiguous()
     return (o, lse) if return_lse else o

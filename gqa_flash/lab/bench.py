@@ -1,27 +1,35 @@
 """Benchmark the course's kernels against PyTorch's attention: ``python -m gqa_flash.lab.bench``.
 
 On a GPU it times every provider on the same inputs, in one run, and writes a
-CSV whose every row records the date, GPU, driver, torch and triton versions:
+CSV whose every row records the date, GPU, driver, torch and triton versions,
+and which implementation the switch pointed to:
 
-    course_graded   the graded kernel (solutions/forward.py, autotuned)
-    course_fast     the course's fastest kernel (gqa_flash/fast_forward.py)
+    course_graded   the graded forward kernel, autotuned, from the implementation
+                    switch (GQA_FLASH_IMPL, gqa_flash/impl.py): gqa_flash/forward.py
+                    by default, the completed file with GQA_FLASH_IMPL=solutions
+    course_fast     the course's fastest kernel (gqa_flash/fast/forward.py)
     sdpa_default    F.scaled_dot_product_attention, PyTorch's own choice of backend
     sdpa_flash      SDPA forced to its FlashAttention-2 backend
     sdpa_cudnn      SDPA forced to its cuDNN backend
     flex            FlexAttention (torch.compile'd), when it is there
-    naive           attention with the whole N x N matrix, until it runs out of memory
+    naive           attention with the whole N x N matrix (the switch's naive.py),
+                    until it runs out of memory
 
 Each provider's output is checked against SDPA's before it is timed (a wrong
-kernel is reported, not timed). Times are medians of
-``triton.testing.do_bench``. FLOPs are counted as 4 * B * Hq * N^2 * D (two
-matrix products of 2 * N^2 * D each per head), halved when causal. Every
-launch processes 16k tokens (B = 16384 // N), as the anchors in DESIGN.md do.
+kernel is reported, not timed; a stub that raises is reported too). Times are
+medians of ``triton.testing.do_bench``. FLOPs are counted as
+4 * B * Hq * N^2 * D (two matrix products of 2 * N^2 * D each per head),
+halved when causal. Every launch processes 16k tokens (B = 16384 // N), so
+every case does comparable work and short sequences still fill the GPU.
 
 ``--backward`` times the backward pass instead (the gradients of Q, K and V
 given dO, after one forward): the course's backward kernels through
-``gqa_flash.flash_attention`` (``course_graded``: solutions/backward.py;
-``course_fast``: gqa_flash/fast_backward.py) against SDPA's backends, with
-FLOPs counted as 2.5 times the forward's.
+``gqa_flash.flash_attention`` (``course_graded``: the switch's backward.py;
+``course_fast``: gqa_flash/fast/backward.py) against SDPA's backends, with
+FLOPs counted as 2.5 times the forward's. ``--memory`` sweeps the peak memory
+of one forward call from 1k to 128k tokens; ``--ceilings`` measures the
+roofline's two ceilings. bench/forward_sweep.sh and bench/backward_sweep.sh
+run these on a GPU machine; bench/RESULTS.md says what the H200 gave.
 
 On a machine with no GPU it says that timings need one and exits cleanly.
 """
@@ -40,13 +48,18 @@ from pathlib import Path
 
 import torch
 
-from gqa_flash import runtime
+from gqa_flash import impl, runtime
+from gqa_flash.fast import forward as fast_forward
 
+ENVIRONMENT = ["date", "gpu", "driver", "torch", "triton", "impl"]  # environment()'s keys, on every row
 FIELDS = [
     "provider", "dtype", "causal", "head_dim", "seq_len", "batch", "q_heads", "kv_heads",
     "ms_median", "tflops", "ratio_to_sdpa_default", "peak_mem_mib", "rel_err_vs_sdpa",
-    "status", "flops_counted_as", "date", "gpu", "driver", "torch", "triton",
+    "status", "flops_counted_as", *ENVIRONMENT,
 ]
+PROVIDERS = ["course_graded", "course_fast", "sdpa_default", "sdpa_flash", "sdpa_cudnn", "flex", "naive"]
+MEMORY_FIELDS = ["provider", "seq_len", "batch", "q_heads", "kv_heads", "head_dim", "peak_mem_mib", "status",
+                 *ENVIRONMENT]
 TOKENS_PER_LAUNCH = 16384
 
 
@@ -107,11 +120,7 @@ def providers():
     """name -> function(q, k, v, causal) for every provider available here."""
     from torch.nn.attention import SDPBackend
 
-    from gqa_flash import fast_forward, impl
-
-    graded = impl.load("forward", "solutions")
-    naive = impl.load("naive", "solutions")
-
+    graded, naive = impl.load("forward"), impl.load("naive")  # whatever GQA_FLASH_IMPL points to
     table = {
         "course_graded": lambda q, k, v, causal: graded.flash_attention_forward(q, k, v, causal=causal),
         "course_fast": lambda q, k, v, causal: fast_forward.fast_attention_forward(q, k, v, causal=causal),
@@ -189,6 +198,7 @@ def run_backward(cases, out_path: Path, log=print) -> list[dict]:
     from triton.testing import do_bench
 
     table, env, rows = backward_providers(), environment(), []
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     with open(out_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
@@ -227,6 +237,7 @@ def run_backward(cases, out_path: Path, log=print) -> list[dict]:
 
 
 def environment() -> dict:
+    """The date, the GPU, its driver, torch and triton, and the implementation switch's choice."""
     try:
         driver = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -242,6 +253,7 @@ def environment() -> dict:
         driver=driver,
         torch=torch.__version__,
         triton=triton.__version__,
+        impl=impl.current(),
     )
 
 
@@ -289,6 +301,9 @@ def measure(fn, q, k, v, causal, expected):
 
 def run(cases, names, out_path: Path, log=print) -> list[dict]:
     table = providers()
+    unknown = [n for n in names if n not in table]
+    if unknown:  # a typo, or flex on a torch without it
+        log(f"not timed (no such provider here): {', '.join(unknown)}; known: {', '.join(table)}")
     names = [n for n in names if n in table]
     env = environment()
     rows = []
@@ -331,15 +346,11 @@ def run(cases, names, out_path: Path, log=print) -> list[dict]:
 
 def memory_sweep(out_path: Path, log=print) -> list[dict]:
     """Peak memory of one forward call as N grows: the course kernels (O(N)) against naive (O(N^2))."""
-    from gqa_flash import fast_forward, impl
-
-    graded = impl.load("forward", "solutions")
-    naive = impl.load("naive", "solutions")
-    rows = []
+    graded, naive = impl.load("forward"), impl.load("naive")  # whatever GQA_FLASH_IMPL points to
+    env, rows = environment(), []
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with open(out_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["provider", "seq_len", "batch", "q_heads", "kv_heads", "head_dim",
-                                               "peak_mem_mib", "status"])
+        writer = csv.DictWriter(f, fieldnames=MEMORY_FIELDS)
         writer.writeheader()
         for n in [1024 * 2**i for i in range(8)]:  # 1k .. 128k
             gen = torch.Generator(device="cuda").manual_seed(0)
@@ -357,8 +368,10 @@ def memory_sweep(out_path: Path, log=print) -> list[dict]:
                     del out
                 except torch.OutOfMemoryError:
                     peak, status = math.nan, "out of memory"
+                except Exception as e:  # a stub, or a kernel that does not compile here: reported, the sweep goes on
+                    peak, status = math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
                 rows.append(dict(provider=name, seq_len=n, batch=1, q_heads=32, kv_heads=8, head_dim=128,
-                                 peak_mem_mib=round(peak, 1), status=status))
+                                 peak_mem_mib=round(peak, 1), status=status, **env))
                 writer.writerow(rows[-1])
                 f.flush()  # an interrupted sweep keeps what it measured
                 log(f"memory N={n:6d} {name:14s} {peak:10.1f} MiB {status}")
@@ -380,6 +393,7 @@ def ceilings(out_path: Path, log=print) -> dict:
                copy_tbps=round(2 * src.numel() / copy_ms * 1e-9, 2),  # read + write
                matmul="8192^3 bf16 torch.matmul", copy="1 GiB device-to-device, bytes read + written",
                **environment())
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     with open(out_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(row))
         writer.writeheader()
@@ -392,8 +406,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gqa_flash.lab.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", choices=["main", "extra", "all", "none"], default="main",
                         help="which cases to time (none: only --memory)")
-    parser.add_argument("--providers", default="course_graded,course_fast,sdpa_default,sdpa_flash,sdpa_cudnn,flex,naive",
-                        help="comma-separated provider names")
+    parser.add_argument("--providers", default=",".join(PROVIDERS), help="comma-separated provider names")
     parser.add_argument("--out", type=Path, default=Path("bench_forward.csv"), help="the CSV to write")
     parser.add_argument("--memory", type=Path, default=None, help="also sweep peak memory into this CSV")
     parser.add_argument("--backward", action="store_true", help="time the backward pass instead")
@@ -402,7 +415,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if runtime.DEVICE.type != "cuda":
         print("gqa_flash.lab.bench: timings need a CUDA GPU; this machine runs kernels in Triton's interpreter "
-              "(see notebooks/ for the committed H200 measurements). Nothing to do.")
+              "(notebooks/data and bench/RESULTS.md hold the H200's measurements). Nothing to do.")
         return 0
     if args.ceilings:
         ceilings(args.ceilings)

@@ -1,34 +1,37 @@
 """Pictures of the measured performance (notebook 05): read the benchmark CSVs, draw them.
 
-The CSVs come from ``python -m gqa_flash.lab.bench`` on a GPU; the H200 runs are
-committed under ``notebooks/data`` so that students without a GPU see them too.
+The CSVs come from ``python -m gqa_flash.lab.bench`` on a GPU (bench/forward_sweep.sh);
+the H200 runs are committed under ``notebooks/data`` so that students without a GPU
+see them too, and bench/RESULTS.md says what each file holds.
+
+What a plot shows depends only on its arguments (the rows, and the ceilings
+that :func:`read_ceilings` returns), never on which notebook cells ran before:
+no function here changes the module's state.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from pathlib import Path
+from typing import NamedTuple
 
 from gqa_flash import layout
 
 DATA_DIR = layout.DATA_DIR
 
-# Ceilings measured on one H200 of the lent machines (device tool, KINDS.md,
-# 2026-10-28 and 2026-11-04): an 8192^3 bf16 matrix product through PyTorch on
-# random data, and a large device-to-device copy counting bytes read + written.
-# ``python -m gqa_flash.lab.bench --ceilings`` measures them again (read_ceilings).
-H200_MATMUL_TFLOPS = 788.0
-H200_COPY_TBPS = 4.3
+
+class Ceilings(NamedTuple):
+    """The roofline's two ceilings: a bf16 matrix product's TFLOP/s and a copy's TB/s (read + written)."""
+
+    matmul_tflops: float
+    copy_tbps: float
 
 
-def read_ceilings(path) -> tuple[float, float]:
-    """(matmul TFLOP/s, copy TB/s) from a ``bench --ceilings`` CSV; the constants above if it is missing."""
-    global H200_MATMUL_TFLOPS, H200_COPY_TBPS
-    if Path(path).exists():
-        row = read(path)[0]
-        H200_MATMUL_TFLOPS, H200_COPY_TBPS = float(row["matmul_bf16_tflops"]), float(row["copy_tbps"])
-    return H200_MATMUL_TFLOPS, H200_COPY_TBPS
+def read_ceilings(path) -> Ceilings:
+    """The ceilings measured by ``python -m gqa_flash.lab.bench --ceilings`` (a CSV of one row)."""
+    row = read(path)[0]
+    return Ceilings(float(row["matmul_bf16_tflops"]), float(row["copy_tbps"]))
+
 
 STYLE = {
     "course_fast": dict(color="tab:red", marker="o", label="course: fast kernel"),
@@ -59,8 +62,8 @@ def attention_min_bytes(batch, q_heads, kv_heads, seq_len, head_dim, elem_bytes=
     return qo + kv + batch * q_heads * seq_len * 4
 
 
-def plot_throughput(rows, ax, head_dim):
-    """TFLOP/s against N, one line per provider, for one head dim."""
+def plot_throughput(rows, ax, head_dim, matmul_tflops):
+    """TFLOP/s against N, one line per provider, for one head dim, under the matmul ceiling (TFLOP/s)."""
     for provider, style in STYLE.items():
         pts = sorted(
             (int(r["seq_len"]), float(r["tflops"]))
@@ -73,9 +76,10 @@ def plot_throughput(rows, ax, head_dim):
     ax.set_xlabel("sequence length N (16k tokens per launch)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(f"bf16, causal, GQA 32:8, head_dim {head_dim}")
-    ax.axhline(H200_MATMUL_TFLOPS, color="gray", linewidth=0.8, linestyle="--")
-    ax.text(1024, H200_MATMUL_TFLOPS * 0.97, "bf16 matmul ceiling", va="top", fontsize=8, color="gray")
-    ax.set_ylim(0, H200_MATMUL_TFLOPS * 1.05)
+    ax.axhline(matmul_tflops, color="gray", linewidth=0.8, linestyle="--")
+    ax.text(1024, matmul_tflops * 0.97, f"bf16 matmul ceiling ({matmul_tflops:.0f})", va="top", fontsize=8,
+            color="gray")
+    ax.set_ylim(0, matmul_tflops * 1.05)
     ax.grid(alpha=0.3)
 
 
@@ -102,10 +106,10 @@ def plot_memory(rows, ax):
     ax.grid(alpha=0.3, which="both")
 
 
-def plot_roofline(rows, ax):
-    """The H200's roofline and where each provider's runs land on it."""
+def plot_roofline(rows, ax, matmul_tflops, copy_tbps):
+    """The roofline of the measured ceilings (TFLOP/s, TB/s) and where each provider's runs land on it."""
     xs = [10 ** (i / 20) for i in range(0, 81)]  # 1 .. 10^4 FLOP/byte
-    roof = [min(H200_MATMUL_TFLOPS, x * H200_COPY_TBPS) for x in xs]
+    roof = [min(matmul_tflops, x * copy_tbps) for x in xs]
     ax.plot(xs, roof, color="gray", linewidth=2, label="roofline (measured ceilings)")
     for provider, style in STYLE.items():
         pts = []
@@ -118,7 +122,7 @@ def plot_roofline(rows, ax):
             pts.append((intensity, float(r["tflops"])))
         if pts:
             ax.scatter(*zip(*pts), color=style["color"], marker=style["marker"], label=style["label"], s=18)
-    ridge = H200_MATMUL_TFLOPS / H200_COPY_TBPS
+    ridge = matmul_tflops / copy_tbps
     ax.axvline(ridge, color="gray", linestyle=":", linewidth=1)
     ax.text(ridge, 20, f" ridge: {ridge:.0f} FLOP/byte", fontsize=8, color="gray")
     ax.set_xscale("log")

@@ -62,7 +62,7 @@ SCREENS = Path(os.environ.get("GQA_FLASH_SCREENS", "/tmp/gqa_flash_screens"))
 NOTEBOOK_TIMEOUT = float(os.environ.get("GQA_FLASH_BROWSER_TIMEOUT", "240"))  # seconds per notebook run
 SERVER_TIMEOUT = 180  # seconds for `make lab` to answer
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
-STUDENT_CHECK = re.compile(r"checks\.(check_\w+|progress)\(")  # checks.* and backward_checks.*
+STUDENT_CHECK = re.compile(r"checks\.(check_\w+|progress)\(")  # checks.check_*() and checks.progress()
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the open notebook (one at a time)
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^\s*\w*(Error|Exception|Interrupt)\b.*:", re.M)
 

@@ -29,3 +29,26 @@ def test_gradients_on_gpu(case, fast, seed):
         rel = ((t.grad.double().cpu() - ref).norm() / ref.norm()).item()
         print(f"\n{'fast' if fast else 'graded'} {case[:7]} d{name}: relative error {rel:.2e}")
         assert rel <= tol
+
+
+FAST_CASES = [
+    # (layout, dtype, D, relative tolerance): what the fast backward copies first, and fp32 (FP32_CONFIG)
+    ("strided", torch.bfloat16, 128, 3e-2),  # last-dim stride 2
+    ("contiguous", torch.float16, 20, 1e-2),  # 40-byte rows, not a multiple of 16 bytes
+    ("bnhd", torch.float32, 128, 1e-4),
+    ("contiguous", torch.float32, 256, 1e-4),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", FAST_CASES, ids=[f"{c[0]}-{str(c[1])[6:]}-d{c[2]}" for c in FAST_CASES])
+def test_fast_backward_layouts_and_fp32_on_gpu(case, seed):
+    layout, dtype, d, tol = case
+    q, k, v = (t.requires_grad_(True)
+               for t in random_qkv(1, 8, 2, 777, d, dtype=dtype, layout=layout, seed=seed, device="cuda"))
+    do = torch.randn(q.shape, device="cuda", dtype=dtype)
+    gqa_flash.flash_attention(q, k, v, causal=True, fast=True).backward(do)
+    for name, t, ref in zip("QKV", (q, k, v), gqa_flash.reference_gradients(q, k, v, do, causal=True)):
+        rel = ((t.grad.double().cpu() - ref).norm() / ref.norm()).item()
+        print(f"\nfast {case[:3]} d{name}: relative error {rel:.2e}")
+        assert rel <= tol

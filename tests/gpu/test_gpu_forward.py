@@ -34,7 +34,8 @@ CASES = [
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("case", CASES, ids=[f"b{c[0]}-h{c[1]}:{c[2]}-n{c[3]}-d{c[4]}-{str(c[5])[6:]}-{'causal' if c[6] else 'full'}" for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[
+    f"b{c[0]}-h{c[1]}:{c[2]}-n{c[3]}-d{c[4]}-{str(c[5])[6:]}-{'causal' if c[6] else 'full'}" for c in CASES])
 @pytest.mark.parametrize("kernel", ["graded", "fast"])
 def test_forward_matches_float64_on_gpu(case, kernel, seed):
     b, hq, hkv, n, d, dtype, causal = case
@@ -62,6 +63,27 @@ def test_forward_strides_on_gpu(layout, kernel, seed):
     rel = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
     print(f"\n{kernel} {layout}: relative error vs SDPA {rel:.3e}")
     assert rel < 1e-2
+
+
+UNREADABLE_CASES = [  # (layout, dtype, D): inputs the copy engine cannot read, which the fast kernel copies first
+    ("strided", torch.bfloat16, 128),  # last-dim stride 2
+    ("contiguous", torch.float16, 20),  # 40-byte rows, not a multiple of 16 bytes
+    ("strided", torch.float32, 64),
+    ("bnhd", torch.float32, 256),  # readable as it is: fp32 at the largest head dim, FP32_CONFIG
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", UNREADABLE_CASES, ids=[f"{c[0]}-{str(c[1])[6:]}-d{c[2]}" for c in UNREADABLE_CASES])
+def test_fast_forward_layouts_and_fp32_on_gpu(case, seed):
+    layout, dtype, d = case
+    q, k, v = random_qkv(1, 8, 2, 1000, d, dtype=dtype, layout=layout, seed=seed, device="cuda")
+    o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=True, return_lse=True)
+    ref, ref_lse = reference_attention(q, k, v, causal=True)
+    print(f"\nfast {case}: max |O - ref| = {(o.double().cpu() - ref).abs().max().item():.3e}")
+    assert o.is_contiguous()
+    assert_matches("O", o, ref, dtype, f"seed {seed}")
+    assert_lse_matches(lse, ref_lse, f"seed {seed}")
 
 
 FAST_CASES = [  # (batch, Hq, Hkv, N, D, dtype, causal)

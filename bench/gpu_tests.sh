@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The GPU test suite, tests/gpu: both forward kernels against float64 (bf16, fp16, fp32; head_dim 64 to 256;
+# ragged N; MHA, GQA, MQA; causal and not), strided inputs, every autotuner config of the fast forward,
+# and both backward kernels' gradients. Every case prints its error (pytest -s), so the log is the record.
+#
+#   bash bench/gpu_tests.sh [--out DIR] [--budget SECONDS] [-k EXPRESSION] [other pytest arguments]
+#
+# Writes gpu_tests.log (pytest's output, the slowest tests last) and environment.txt.
+# Time on the H200: over 5 minutes in all. The forward float64 and stride tests alone took 5 min 46 s
+# (24 tests, notebooks/data/h200_gpu_tests.log), every fast config and the strides 1 min 7 s
+# (10 tests, h200_gpu_tests_fast_configs.log); the backward tests' time is not recorded. Within
+# 10-minute device calls, run it in parts with -k (pytest matches file and test names):
+#   BUDGET=570 bash bench/gpu_tests.sh -k forward     # tests/gpu/test_gpu_forward.py
+#   BUDGET=570 bash bench/gpu_tests.sh -k backward    # tests/gpu/test_gpu_backward.py
+#   bash bench/gpu_tests.sh -k "every_fast_config or strides"    # about 1 minute
+#   bash bench/gpu_tests.sh -k strides                             # 24 s (2026-12-03, this script)
+# Needs a CUDA GPU, torch, triton, pytest and pytest-timeout; without a GPU every test is skipped.
+
+set -uo pipefail
+PARTS="tests"
+source "$(dirname "$0")/common.sh" "$@"
+
+only tests && step tests 600 "$PYTHON" -m pytest tests/gpu -q -s -rs -p no:cacheprovider --durations=15 \
+    ${ARGS[@]+"${ARGS[@]}"}
+finish

@@ -1,0 +1,100 @@
+"""Checks that teach: run one graded piece, compare it with the float64 reference, say what is wrong.
+
+The notebooks call one check after every exercise (``checks.check_naive()``,
+``checks.check_block_state()``...). Each check
+
+* reaches your code the way the course does (the public API, or
+  ``impl.load(<module>)`` for the pieces the API does not expose), so
+  ``GQA_FLASH_IMPL`` is honoured and a file you just saved is re-imported;
+* runs it on a few small inputs built to isolate one idea (for instance every
+  KV head holds different values, so reading the wrong head shows);
+* compares with the float64 reference (``reference.py``), never with your own
+  earlier code, and never raises, for a wrong answer or a crash: it prints a
+  verdict.
+
+A verdict is one line, ``PASS`` or ``FAIL``, the file and the part, then on a
+failure a few indented lines: where the first wrong value is, and the most
+likely cause. The likely cause comes from replaying the usual mistakes (``%``
+for ``//``, a missing rescale, a mask off by one, ``exp`` for ``exp2``...) in
+float64 and seeing which one your output matches.
+
+One module per lesson:
+
+    verdict.py        the Verdict, running your code safely, comparing tensors
+    cases.py          the inputs, and the GQA head mapping with its mistakes
+    naive.py          notebook 01: naive.py
+    softmax.py        notebook 02: online_softmax.py
+    tiled.py          notebook 03: tiled.py
+    probes.py         notebook 04: tiny kernels that call one helper of forward.py
+    kernel_parts.py   notebook 04: forward.py's four parts, each alone
+    kernel.py         notebook 04: the whole kernel, and its error map
+    backward.py       notebook 06 (bonus): backward.py
+
+``python -m gqa_flash.lab.checks`` prints :func:`progress`.
+"""
+
+from gqa_flash.lab.checks import backward, kernel, kernel_parts
+from gqa_flash.lab.checks.backward import check_backward, check_delta, check_dkdv, check_dq, check_gqa_sum
+from gqa_flash.lab.checks.kernel import (
+    KERNEL_BUGS, ErrorMap, check_forward, forward_error_map, kernel_config, simulated_error_map,
+)
+from gqa_flash.lab.checks.kernel_parts import (
+    check_epilogue, check_kv_head_index, check_mask_scores, check_online_softmax_update,
+)
+from gqa_flash.lab.checks.naive import check_naive
+from gqa_flash.lab.checks.softmax import check_block_state, check_merge_states, check_online_softmax
+from gqa_flash.lab.checks.tiled import check_tiled
+from gqa_flash.lab.checks.verdict import Verdict
+
+_REQUIRED = (check_naive, check_block_state, check_merge_states, check_online_softmax, check_tiled)
+
+
+def verdicts() -> list[Verdict]:
+    """Every check's verdict, in course order: the required ones, then the bonus (``verdict.bonus``).
+
+    Each whole-file check (forward.py, backward.py) comes after its parts and
+    reuses their verdicts rather than running them twice.
+    """
+    out = [check.verdict() for check in _REQUIRED]
+    for whole, parts in ((kernel.check_forward, kernel_parts.PART_CHECKS),
+                         (backward.check_backward, backward.PART_CHECKS)):
+        part_verdicts = [check.verdict() for check in parts]
+        out += part_verdicts + [whole.verdict(part_verdicts)]
+    return out
+
+
+def progress() -> None:
+    """One line per check, in course order: where you stand. The bonus comes last, under its own heading."""
+    heading = False
+    for verdict in verdicts():
+        if verdict.bonus and not heading:
+            print("bonus, notebook 06 (beyond the 100 points):")
+            heading = True
+        print(verdict.headline())
+
+
+__all__ = [
+    "Verdict",
+    "ErrorMap",
+    "check_naive",
+    "check_block_state",
+    "check_merge_states",
+    "check_online_softmax",
+    "check_tiled",
+    "check_kv_head_index",
+    "check_online_softmax_update",
+    "check_mask_scores",
+    "check_epilogue",
+    "check_forward",
+    "check_delta",
+    "check_dkdv",
+    "check_gqa_sum",
+    "check_dq",
+    "check_backward",
+    "forward_error_map",
+    "simulated_error_map",
+    "KERNEL_BUGS",
+    "kernel_config",
+    "progress",
+    "verdicts",
+]

@@ -1,0 +1,228 @@
+"""Notebook 04: the whole forward kernel, its check and its error map.
+
+* :func:`check_forward` runs the four parts' checks (kernel_parts.py), then
+  the kernel on four cases (GQA, MQA, MHA; causal and not; ragged; half
+  precision; head dim 80; strided and [B, N, H, D] layouts), and says which
+  query head, query block and key block is wrong first.
+* :func:`forward_error_map` measures the kernel's error per (query head,
+  query block, key block) from one launch on *indicator* inputs, where column
+  kb of V marks the keys of key block kb; :func:`simulated_error_map` replays
+  the same map for a known bug (KERNEL_BUGS) in float64, for the gallery.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from gqa_flash import runtime, testing
+from gqa_flash.lab.checks.cases import LOG2E, Case, kv_of
+from gqa_flash.lab.checks.kernel_parts import PART_CHECKS
+from gqa_flash.lab.checks.tiled import tiled64
+from gqa_flash.lab.checks.verdict import (
+    Stop, Verdict, fail, load, prints_verdict, run_student, shape_problem, tol,
+)
+from gqa_flash.reference import reference_attention
+
+
+def kernel_config() -> dict:
+    """The fixed tile the checks launch with (no autotuning, so the blocks are known)."""
+    if runtime.INTERPRETER or runtime.DEVICE.type != "cuda":
+        return dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+    return dict(BLOCK_M=64, BLOCK_N=32, num_warps=4, num_stages=2)
+
+
+def _forward_cases():
+    cfg = kernel_config()
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    ragged = 2 * bm + bn + 3  # 3 query blocks, the last one partial; 6 key blocks
+    half = runtime.default_dtype()
+    return [
+        Case("GQA 8:2, causal, ragged length", None, n_q_heads=8, n_kv_heads=2, seq_len=ragged, head_dim=16,
+             block_m=bm, block_n=bn, seed=51),
+        Case("GQA 4:2, no causal mask, ragged length, sm_scale 0.3", None, n_q_heads=4, n_kv_heads=2,
+             seq_len=ragged, head_dim=16, causal=False, sm_scale=0.3, block_m=bm, block_n=bn, seed=52),
+        Case("MQA 4:1, half precision, batch 2, [B, N, H, D] layout", None, batch=2, n_q_heads=4, n_kv_heads=1,
+             seq_len=bm + 5, head_dim=32, dtype=half, layout="bnhd", block_m=bm, block_n=bn, seed=53),
+        Case("MHA 2:2, head dim 80 (padded to 128), strided", None, n_q_heads=2, n_kv_heads=2, seq_len=bm + bn - 3,
+             head_dim=80, layout="strided", block_m=bm, block_n=bn, seed=54),
+    ]
+
+
+def _indicator_qkv(case: Case):
+    """Inputs whose output says where each row's probability went.
+
+    Column kb of V is 1 on the keys of key block kb and 0 elsewhere, so column
+    kb of O is the softmax mass that row puts on key block kb. The last column
+    of V holds the KV head's own index, so the last column of O is the index of
+    the KV head the program read (the probabilities sum to 1).
+    """
+    q, k, v = case.qkv()
+    n_kb = triton.cdiv(case.seq_len, case.block_n)
+    if case.head_dim < n_kb + 1:
+        return q, k, v, 0
+    block_of = torch.arange(case.seq_len) // case.block_n
+    indicator = (block_of[:, None] == torch.arange(n_kb)[None, :]).to(torch.float32)
+    with torch.no_grad():
+        v[..., :n_kb] = indicator.to(v.dtype).to(v.device)
+        v[..., -1] = torch.arange(case.n_kv_heads, dtype=v.dtype, device=v.device).view(1, -1, 1)
+    return q, k, v, n_kb
+
+
+def _run_kernel(fwd, case: Case):
+    q, k, v, n_kb = _indicator_qkv(case)
+    result = run_student("forward", fwd.flash_attention_forward, q, k, v, causal=case.causal,
+                         sm_scale=case.sm_scale, return_lse=True, config=kernel_config())
+    return q, k, v, n_kb, result
+
+
+# --------------------------------------------------------------------------
+# The error map
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class ErrorMap:
+    """The kernel's error per (query head, query block, key block), from one launch on indicator inputs."""
+
+    err: torch.Tensor | None  # [Hq, n_query_blocks, n_key_blocks], max |mass error| over the block's rows
+    lse_err: torch.Tensor | None  # [Hq, n_query_blocks]
+    kv_expected: list
+    kv_read: list  # the KV head each query head read (None when it cannot be told)
+    block_m: int
+    block_n: int
+    seq_len: int
+    causal: bool
+    tol: float
+    message: str | None = None  # set when the kernel did not run
+
+
+def _error_map(q, k, v, n_kb, out, lse, case: Case) -> ErrorMap:
+    ref, ref_lse = reference_attention(q, k, v, causal=case.causal, sm_scale=case.sm_scale)
+    got = out.detach().to("cpu", torch.float64)[0]
+    ref = ref[0]
+    n, bm = case.seq_len, case.block_m
+    n_qb = triton.cdiv(n, bm)
+    mass_err = (got[..., :n_kb] - ref[..., :n_kb]).abs().nan_to_num(nan=float("inf"))
+    err = torch.stack([mass_err[:, i * bm:(i + 1) * bm].amax(dim=1) for i in range(n_qb)], dim=1)
+    lse_got = lse.detach().to("cpu", torch.float64)[0]
+    lse_e = (lse_got - ref_lse[0]).abs().nan_to_num(nan=float("inf"))
+    lse_err = torch.stack([lse_e[:, i * bm:(i + 1) * bm].amax(dim=1) for i in range(n_qb)], dim=1)
+    tag = got[..., -1]
+    kv_read = []
+    for h in range(case.n_q_heads):
+        t = tag[h]
+        r = t.round()
+        ok = torch.isfinite(t).all() and ((t - r).abs() < 0.02).all() and (r == r[0]).all()
+        kv_read.append(int(r[0]) if ok else None)
+    return ErrorMap(err=err, lse_err=lse_err, kv_expected=[kv_of(h, case) for h in range(case.n_q_heads)],
+                    kv_read=kv_read, block_m=bm, block_n=case.block_n, seq_len=n, causal=case.causal,
+                    tol=tol(case.dtype)["atol"])
+
+
+def forward_error_map() -> ErrorMap:
+    """Run your kernel once on indicator inputs (GQA 8:2, causal) and measure its error per tile.
+
+    Never raises: if the kernel does not run, the map carries the reason.
+    """
+    case = _forward_cases()[0]
+    cfg = kernel_config()
+    empty = ErrorMap(None, None, [kv_of(h, case) for h in range(case.n_q_heads)], [None] * case.n_q_heads,
+                     cfg["BLOCK_M"], cfg["BLOCK_N"], case.seq_len, case.causal, tol(case.dtype)["atol"])
+    try:
+        fwd = load("forward")
+        q, k, v, n_kb, result = _run_kernel(fwd, case)
+    except Stop as stop:
+        empty.message = stop.verdict.headline()
+        return empty
+    if not (isinstance(result, tuple) and len(result) == 2):
+        empty.message = "flash_attention_forward did not return (O, LSE)"
+        return empty
+    return _error_map(q, k, v, n_kb, result[0], result[1], case)
+
+
+KERNEL_BUGS = {
+    None: "right",
+    "kv_mod": "Part 1: % instead of //",
+    "no_rescale_acc": "Part 2: acc not rescaled",
+    "exp": "Part 2: exp instead of exp2",
+    "mask_diag": "Part 3: mask off by one",
+}
+"""Known kernel bugs that :func:`simulated_error_map` can replay."""
+
+
+def simulated_error_map(bug=None) -> ErrorMap:
+    """The error map a kernel with ``bug`` (a key of KERNEL_BUGS) would show, replayed in float64.
+
+    The same inputs and tiles as :func:`forward_error_map`; no kernel runs, so
+    this is instant and needs no student code.
+    """
+    if bug not in KERNEL_BUGS:
+        raise ValueError(f"bug must be one of {list(KERNEL_BUGS)}; got {bug!r}")
+    case = _forward_cases()[0]
+    q, k, v, n_kb = _indicator_qkv(case)
+    # exp for exp2 on scores scaled by sm_scale * log2(e): softmax of the scores times log2(e)
+    scale = case.scale * (LOG2E if bug == "exp" else 1.0)
+    out, lse = tiled64(q, k, v, case.causal, scale, case.block_m, case.block_n, None if bug == "exp" else bug)
+    return _error_map(q, k, v, n_kb, out, lse, case)
+
+
+# --------------------------------------------------------------------------
+# The whole kernel
+# --------------------------------------------------------------------------
+
+
+def _where_kernel(case: Case, problem, got, ref, n_kb) -> str:
+    """The case, the heads, the query block and (from the indicator columns) the key block that went wrong."""
+    b, h, i = problem.index[:3]
+    qb, row = i // case.block_m, i % case.block_m
+    where = f"case \"{case.name}\": batch {b}, query head {h}, KV head {kv_of(h, case)}"
+    if n_kb:
+        tag = float(got[b, h, i, -1])
+        if math.isfinite(tag) and abs(tag - round(tag)) < 0.02 and round(tag) != kv_of(h, case):
+            where += f" (the kernel read KV head {round(tag)})"
+        mass_err = (got[b, h, i, :n_kb] - ref[b, h, i, :n_kb]).abs().nan_to_num(nan=float("inf"))
+        if float(mass_err.max()) > tol(case.dtype)["atol"]:
+            where += f", query block {qb}, key block {int(mass_err.argmax())}"
+        else:
+            where += f", query block {qb}"
+    else:
+        where += f", query block {qb}"
+    return where + f", row {row} of the block (sequence position {i})"
+
+
+@prints_verdict
+def check_forward(part_verdicts=None):
+    """forward.py, the whole kernel: its four parts first, then the kernel on four cases."""
+    fwd = load("forward")
+    if part_verdicts is None:
+        part_verdicts = [check.verdict() for check in PART_CHECKS]
+    broken = next((v for v in part_verdicts if not v.ok), None)
+    for case in _forward_cases():
+        q, k, v, n_kb, result = _run_kernel(fwd, case)
+        out, lse = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
+        ref, ref_lse = reference_attention(q, k, v, causal=case.causal, sm_scale=case.sm_scale)
+        shape = shape_problem(out, ref.shape) or shape_problem(lse, ref_lse.shape, "the LSE")
+        if shape:
+            raise Stop(fail("forward", None, shape, where=f"case \"{case.name}\""))
+        problem = testing.mismatch("O", out, ref, **tol(case.dtype))
+        what = "O"
+        if problem is None:
+            problem = testing.mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
+            what = "the LSE"
+        if problem is None:
+            continue
+        if broken is not None:
+            cause = f"{broken.what} fails its own check above: {broken.cause or broken.message}"
+        else:
+            cause = ("the four parts pass on their own, so look at what changed around them in the kernel "
+                     "(the loads, the loops, the pointers)")
+        return fail("forward", None, f"{what} of the kernel does not match the float64 reference",
+                    where=_where_kernel(case, problem, out.detach().to("cpu", torch.float64), ref, n_kb), cause=cause)
+    if broken is not None:  # right answers here, but a part is wrong where these cases do not look
+        return fail("forward", None, f"the kernel's answers are right on these cases, but {broken.what} "
+                    "fails its own check", cause=broken.cause)
+    return Verdict(True, "forward.py", f"the kernel matches the float64 reference (O and LSE) in "
+                   f"{len(_forward_cases())} cases: GQA, MQA, MHA; causal and not; ragged lengths; "
+                   "half precision; head dim 80; strided layouts")

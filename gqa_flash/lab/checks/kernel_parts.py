@@ -1,0 +1,299 @@
+"""Notebook 04: the checks of forward.py's four parts, each alone, through its probe.
+
+* Part 1, :func:`check_kv_head_index`: query head -> KV head, for every head
+  of five layouts;
+* Part 2, :func:`check_online_softmax_update`: one online-softmax step on
+  chosen tiles (the first tile, rising and steady maxima, masked rows);
+* Part 3, :func:`check_mask_scores`: the mask on every block of a ragged
+  sequence, causal and not;
+* Part 4, :func:`check_epilogue`: normalise, store O and the LSE, and write
+  nothing else.
+
+Each launches a probe (probes.py) and compares what your helper returned with
+a float64 replay; on a wrong answer the replay runs again with each of the
+usual mistakes switched on, and the verdict names the one your output matches.
+"""
+
+import math
+
+import torch
+import triton
+
+from gqa_flash import testing
+from gqa_flash.lab.checks.cases import LN2
+from gqa_flash.lab.checks.probes import dev, forward_parts, launch
+from gqa_flash.lab.checks.verdict import Verdict, at, fail, first_cause, fmt, matches, prints_verdict, tol, what
+
+# --- Part 1 ------------------------------------------------------------------
+
+_KV_CONFIGS = [(8, 2), (6, 3), (32, 8), (4, 4), (4, 1)]
+
+
+def _kv_head_cause(got, n_q, n_kv, h):
+    h_ = torch.arange(n_q)
+    if all(g == 0 for g in got):
+        return "the placeholder is still there: every query head reads KV head 0"
+    if got == (h_ % n_kv).tolist():
+        return ("% instead of //: consecutive query heads share a KV head (heads 0..group_size-1 read KV "
+                "head 0), so divide by the group size; % deals them out in turn")
+    if got == (h_ // n_kv).tolist():
+        return "divided by N_KV_HEADS: divide by the group size, N_Q_HEADS // N_KV_HEADS"
+    if got == h_.tolist():
+        return "returns the query head itself (right only for MHA, where the group size is 1)"
+    if not 0 <= got[h] < n_kv:
+        return f"KV head {got[h]} does not exist: there are {n_kv}"
+    return None
+
+
+@prints_verdict
+def check_kv_head_index():
+    """forward.py Part 1, alone: query head -> KV head, probed for every head of five layouts."""
+    fwd, probes = forward_parts()
+    for n_q, n_kv in _KV_CONFIGS:
+        out = torch.full((n_q,), -1, dtype=torch.int32, device=dev())
+        launch(1, probes["kv_head_index"], (n_q,), out, n_q, n_kv)
+        got = out.cpu().tolist()
+        group = n_q // n_kv
+        want = [h // group for h in range(n_q)]
+        if got == want:
+            continue
+        h = next(i for i in range(n_q) if got[i] != want[i])
+        return fail("forward", 1, "maps a query head to the wrong KV head",
+                    where=f"{n_q} query heads on {n_kv} KV heads (group size {group}): query head {h} "
+                          f"got KV head {got[h]}, expected {want[h]}",
+                    cause=_kv_head_cause(got, n_q, n_kv, h))
+    return Verdict(True, what("forward", 1), f"every query head finds its KV head in {len(_KV_CONFIGS)} "
+                   "layouts (GQA 8:2, 6:3, 32:8; MHA; MQA)")
+
+
+# --- Part 2 ------------------------------------------------------------------
+
+_UPD = dict(BLOCK_M=16, BLOCK_N=16, HEAD_DIM=16)
+_STATE = ("acc", "l", "m")
+
+
+def _update_cases():
+    g = torch.Generator().manual_seed(21)
+    bm, bn, d = _UPD["BLOCK_M"], _UPD["BLOCK_N"], _UPD["HEAD_DIM"]
+    s = torch.randn(bm, bn, generator=g) * 2
+    v = torch.randn(bn, d, generator=g)
+    first = dict(acc=torch.zeros(bm, d), l=torch.zeros(bm), m=torch.full((bm,), float("-inf")), s=s, v=v)
+    s2 = torch.randn(bm, bn, generator=g) * 2
+    s2[12:] = float("-inf")  # rows that see none of this tile's keys (a diagonal tile)
+    m2 = s2.amax(dim=1).clone()
+    m2[:6] += 1.5  # the maximum stays in rows 0-5
+    m2[6:12] -= 2.0  # and rises in rows 6-11
+    m2[12:] = torch.randn(4, generator=g)
+    running = dict(acc=torch.randn(bm, d, generator=g), l=1 + 3 * torch.rand(bm, generator=g), m=m2, s=s2,
+                   v=torch.randn(bn, d, generator=g))
+    half = dict(running, v=running["v"].to(torch.float16))
+    return [
+        ("the first tile (m_i = -inf, l_i = 0, acc = 0)", first),
+        ("a running state: the max stays in rows 0-5, rises in rows 6-11; rows 12-15 see no key "
+         "of this tile", running),
+        ("the running state with fp16 values v", half),
+    ]
+
+
+def _update64(c, bug=None):
+    """The new state (acc, l_i, m_i) in float64, with at most one of _UPDATE_MISTAKES."""
+    base = math.e if bug == "exp" else 2.0
+    acc, l, m, s = (c[k].to(torch.float64) for k in ("acc", "l", "m", "s"))
+    v = c["v"]
+    m_new = s.amax(dim=1) if bug == "m_from_tile" else torch.maximum(m, s.amax(dim=1))
+    alpha = base ** (m_new - m) if bug == "alpha_inverted" else base ** (m - m_new)
+    p = base ** s if bug == "p_unshifted" else base ** (s - m_new[:, None])
+    p_cast = p.to(v.dtype).to(torch.float64)  # the kernel multiplies p in v's dtype
+    l_new = (l if bug in ("no_rescale_l", "no_rescale") else l * alpha) + p.sum(dim=1)
+    acc_new = (acc if bug in ("no_rescale_acc", "no_rescale") else acc * alpha[:, None]) + p_cast @ v.to(torch.float64)
+    return acc_new, l_new, (m if bug == "m_unchanged" else m_new)
+
+
+_UPDATE_MISTAKES = [
+    ("exp", "exp instead of exp2: the scores are already in log2 units (log2(e) is folded into qk_scale), "
+            "so every exponential is tl.exp2"),
+    ("no_rescale", "missing rescale: multiply both l_i and acc by alpha = exp2(m_i - m_new)"),
+    ("no_rescale_acc", "missing rescale of acc: acc = acc * alpha[:, None] + p @ v"),
+    ("no_rescale_l", "missing rescale of l_i: l_i = l_i * alpha + tl.sum(p, 1)"),
+    ("alpha_inverted", "alpha is inverted: exp2(m_i - m_new) (<= 1) shrinks the old state"),
+    ("m_unchanged", "returns the old maximum: return m_new, the new running max"),
+    ("m_from_tile", "m_new must be the larger of m_i and the tile's row maxima: "
+                    "tl.maximum(m_i, tl.max(s, 1)); the running max never goes down"),
+    ("p_unshifted", "p = exp2(s - m_new[:, None]): subtract the new maximum before exp2"),
+]
+
+
+@prints_verdict
+def check_online_softmax_update():
+    """forward.py Part 2, alone: one online-softmax step on chosen tiles."""
+    fwd, probes = forward_parts()
+    bm, d = _UPD["BLOCK_M"], _UPD["HEAD_DIM"]
+    for name, c in _update_cases():
+        outs = dict(acc=torch.full((bm, d), float("nan"), device=dev()),
+                    l=torch.full((bm,), float("nan"), device=dev()), m=torch.full((bm,), float("nan"), device=dev()))
+        precision = "ieee" if c["v"].dtype == torch.float32 else "tf32"
+        launch(2, probes["online_softmax_update"], (1,),
+               c["acc"].to(dev()), c["l"].to(dev()), c["m"].to(dev()), c["s"].to(dev()), c["v"].to(dev()),
+               outs["acc"], outs["l"], outs["m"], INPUT_PRECISION=precision, **_UPD)
+        got = {k: outs[k].cpu() for k in _STATE}
+        want = dict(zip(_STATE, _update64(c)))
+        problems = (testing.mismatch(k, got[k], want[k], labels=("row", "column") if k == "acc" else ("row",),
+                                     **tol(c["v"].dtype)) for k in ("m", "l", "acc"))
+        problem = next((p for p in problems if p is not None), None)
+        if problem is None:
+            continue
+        state = tuple(got[k] for k in _STATE)
+        if matches(state, tuple(c[k] for k in _STATE), 0, 0):
+            cause = "the placeholder is still there: the state comes back unchanged"
+        else:
+            cause = first_cause(state, [(text, (lambda bug=bug: _update64(c, bug))) for bug, text in _UPDATE_MISTAKES],
+                                **tol(c["v"].dtype))
+        return fail("forward", 2, "the new state (acc, l_i, m_i) does not match the float64 reference",
+                    where=f"case \"{name}\": {problem.what}, {at(problem)}", cause=cause)
+    return Verdict(True, what("forward", 2), "the new state matches the float64 reference: first tile, "
+                   "rising and steady maxima, fully masked rows, fp16 values")
+
+
+# --- Part 3 ------------------------------------------------------------------
+
+_MASK = dict(BLOCK_M=32, BLOCK_N=16)
+_MASK_SEQ_LEN = 40
+
+
+def _mask64(s, seq_len, causal, bug=None):
+    n_rows, n_cols = s.shape
+    i = torch.arange(n_rows)[:, None]
+    j = torch.arange(n_cols)[None, :]
+    visible = j < seq_len
+    if bug == "no_tail":
+        visible = torch.ones_like(visible)
+    if causal or bug == "causal_always":
+        rule = {"diag": j < i, "plus_one": j <= i + 1, "transposed": j >= i}.get(bug, j <= i)
+        visible = visible & rule
+    fill = 0.0 if bug == "zero" else float("-inf")
+    return torch.where(visible, s.to(torch.float64), torch.full_like(s, fill, dtype=torch.float64))
+
+
+_MASK_MISTAKES = [
+    ("diag", "mask off by one: the diagonal key (offs_n == offs_m) must stay visible: offs_n <= offs_m, not <"),
+    ("plus_one", "mask off by one: key offs_m + 1 is in the future: visible means offs_n <= offs_m"),
+    ("transposed", "the mask is transposed: a row offs_m sees keys offs_n <= offs_m, "
+                   "so compare offs_n[None, :] <= offs_m[:, None]"),
+    ("no_tail", "keys past SEQ_LEN are not masked: the padding keys of the ragged last block were loaded as 0, "
+                "so their score is 0, a real weight; add offs_n < SEQ_LEN"),
+    ("causal_always", "the causal mask is applied when CAUSAL is False: wrap it in `if CAUSAL:`"),
+    ("zero", "masked scores are set to 0, not -inf: exp2(0) = 1 still gives them weight"),
+]
+
+
+@prints_verdict
+def check_mask_scores():
+    """forward.py Part 3, alone: the mask applied to every (query block, key block) of a ragged sequence."""
+    fwd, probes = forward_parts()
+    bm, bn, n = _MASK["BLOCK_M"], _MASK["BLOCK_N"], _MASK_SEQ_LEN
+    size = max(triton.cdiv(n, bm) * bm, triton.cdiv(n, bn) * bn)
+    cols = triton.cdiv(n, bn) * bn
+    g = torch.Generator().manual_seed(31)
+    s = torch.randn(size, size, generator=g) + 3.0  # never 0, so a mask to 0 shows
+    for causal in (True, False):
+        name = f"{'causal' if causal else 'no causal mask'}, SEQ_LEN {n}, BLOCK_M {bm}, BLOCK_N {bn}"
+        out = torch.full((size, size), float("nan"), device=dev())
+        launch(3, probes["mask_scores"], (triton.cdiv(n, bm), triton.cdiv(n, bn)), s.to(dev()), out, n, size,
+               CAUSAL=causal, **_MASK)
+        got = out.cpu()[:n, :cols]  # rows past SEQ_LEN are never stored: not compared
+        problem = testing.mismatch("scores", got, _mask64(s, n, causal)[:n, :cols], labels=("row", "key"),
+                                   atol=0, rtol=1e-6)
+        if problem is None:
+            continue
+        if causal and torch.equal(got, s[:n, :cols]):
+            cause = "the placeholder is still there: nothing is masked"
+        else:
+            cause = first_cause(got, [(text, _mask64(s, n, causal, bug)[:n, :cols]) for bug, text in _MASK_MISTAKES],
+                                atol=0, rtol=1e-6)
+        i, j = problem.index
+        seen = "masked (-inf)" if math.isinf(problem.got) and problem.got < 0 else f"{fmt(problem.got)}"
+        expected = "masked (-inf)" if math.isinf(problem.expected) else "visible (the score unchanged)"
+        return fail("forward", 3, "masks the wrong scores",
+                    where=f"case \"{name}\": query row {i} (query block {i // bm}), key {j} (key block {j // bn}): "
+                          f"got {seen}, expected {expected}",
+                    cause=cause)
+    return Verdict(True, what("forward", 3), "the causal mask and the ragged tail are right, "
+                   "on every block of a ragged sequence, causal and not")
+
+
+# --- Part 4 ------------------------------------------------------------------
+
+_EPI = dict(BLOCK_M=16, HEAD_DIM_PAD=16)
+_EPI_SEQ_LEN, _EPI_HEAD_DIM = 11, 12
+_SENTINEL = 4096.0  # exact in fp16 and fp32; a slot that must not be written keeps it
+
+
+def _epilogue_inputs():
+    g = torch.Generator().manual_seed(41)
+    bm, dp = _EPI["BLOCK_M"], _EPI["HEAD_DIM_PAD"]
+    return torch.randn(bm, dp, generator=g) * 3, 1 + 5 * torch.rand(bm, generator=g), torch.randn(bm, generator=g) * 4
+
+
+def _epilogue64(acc, l, m, bug=None):
+    acc, l, m = acc.double(), l.double(), m.double()
+    o = acc if bug == "no_normalise" else acc / l[:, None]
+    lse = {
+        "lse_log2": m + torch.log2(l),
+        "lse_mixed": m + torch.log(l),
+        "lse_m": m * LN2,
+        "lse_no_m": torch.log(l),
+    }.get(bug, (m + torch.log2(l)) * LN2)
+    return o, lse
+
+
+_EPILOGUE_MISTAKES = [
+    ("no_normalise", "o is not normalised: o = acc / l_i[:, None]"),
+    ("lse_log2", "the LSE is in log2 units: multiply m_i + log2(l_i) by ln(2) to get the natural log"),
+    ("lse_mixed", "m_i is in log2 units but log(l_i) is natural: LSE = (m_i + tl.log2(l_i)) * ln(2)"),
+    ("lse_m", "the LSE is missing log2(l_i): LSE = (m_i + tl.log2(l_i)) * ln(2)"),
+    ("lse_no_m", "the LSE is missing m_i: LSE = (m_i + tl.log2(l_i)) * ln(2)"),
+]
+
+
+@prints_verdict
+def check_epilogue():
+    """forward.py Part 4, alone: normalise, store O and the LSE, and nothing else."""
+    fwd, probes = forward_parts()
+    bm, dp = _EPI["BLOCK_M"], _EPI["HEAD_DIM_PAD"]
+    n, d = _EPI_SEQ_LEN, _EPI_HEAD_DIM
+    acc, l, m = _epilogue_inputs()
+    for dtype in (torch.float32, torch.float16):
+        name = f"O in {str(dtype).replace('torch.', '')}, {n} real rows of {bm}, head dim {d} padded to {dp}"
+        o = torch.full((bm, dp), _SENTINEL, dtype=dtype, device=dev())
+        lse = torch.full((bm,), _SENTINEL, dtype=torch.float32, device=dev())
+        launch(4, probes["epilogue"], (1,), acc.to(dev()), l.to(dev()), m.to(dev()), o, lse, n, d, dp, **_EPI)
+        o, lse = o.cpu().double(), lse.cpu().double()
+        if (o == _SENTINEL).all() and (lse == _SENTINEL).all():
+            return fail("forward", 4, "stores nothing", where=f"case \"{name}\"",
+                        cause="the placeholder is still there: store o and lse with tl.store")
+        # O's real rows and columns, then the LSE's real rows, each against the float64 replay
+        for label, pick, real, t, labels in (("O", 0, (slice(n), slice(d)), tol(dtype), ("row", "column")),
+                                             ("LSE", 1, (slice(n),), testing.LSE_TOLERANCE, ("row",))):
+            got = (o, lse)[pick][real]
+            problem = testing.mismatch(label, got, _epilogue64(acc, l, m)[pick][real], labels=labels, **t)
+            if problem is None:
+                continue
+            cause = first_cause(got, [(text, _epilogue64(acc, l, m, bug)[pick][real])
+                                      for bug, text in _EPILOGUE_MISTAKES], **t)
+            if cause is None and (got == _SENTINEL).all():
+                cause = f"{label} is never stored"
+            return fail("forward", 4, f"{label} does not match the float64 reference",
+                        where=f"case \"{name}\": {at(problem)}", cause=cause)
+        if not (o[n:] == _SENTINEL).all() or not (lse[n:] == _SENTINEL).all():
+            return fail("forward", 4, "writes rows past SEQ_LEN", where=f"case \"{name}\"",
+                        cause="mask both stores with row_ok: those rows are not part of O or LSE "
+                              "(in the real kernel they belong to the next head, or to no tensor at all)")
+        if not (o[:, d:] == _SENTINEL).all():
+            return fail("forward", 4, "writes the padding columns past HEAD_DIM", where=f"case \"{name}\"",
+                        cause="mask the store of o with row_ok[:, None] & col_ok[None, :]")
+    return Verdict(True, what("forward", 4), "O is normalised and the LSE is in natural log; "
+                   "padding rows and columns are left alone; fp32 and fp16 O")
+
+
+# The four parts in order: check_forward runs them before the whole kernel.
+PART_CHECKS = (check_kv_head_index, check_online_softmax_update, check_mask_scores, check_epilogue)

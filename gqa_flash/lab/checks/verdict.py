@@ -1,0 +1,336 @@
+"""What every check shares: the verdict, running your code safely, and comparing tensors.
+
+A check never raises for a wrong answer, and never lets your code's exception
+through: whatever happens, it comes back with a :class:`Verdict`. Inside a
+check, the way out is ``raise Stop(verdict)``; :func:`run_student` turns a
+``NotImplementedError`` or a crash in your file into such a verdict, naming
+the part whose STUDENT IMPLEMENTATION banner holds the line that failed.
+:func:`prints_verdict` makes a check body into the ``check_*`` function that a
+notebook calls: it prints the verdict.
+
+The comparisons at the end are the ones every lesson uses: within tolerance
+of the float64 reference, and :func:`first_cause`, which replays the usual
+mistakes and says which one your output matches.
+"""
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gqa_flash import impl, layout, testing
+
+# Every checked file's parts, numbered as the banners in the file number them.
+PARTS = {
+    "naive": {1: "GQA head mapping", 2: "scores and causal mask", 3: "softmax and P @ V"},
+    "online_softmax": {1: "block_state", 2: "merge_states", 3: "online_softmax"},
+    "tiled": {
+        1: "GQA head mapping",
+        2: "which key tiles to visit",
+        3: "causal mask on the diagonal tiles",
+        4: "online-softmax update",
+        5: "epilogue: O and LSE",
+    },
+    "forward": {1: "_kv_head_index", 2: "_online_softmax_update", 3: "_mask_scores", 4: "_epilogue"},
+    "backward": {1: "D = rowsum(dO * O)", 2: "dK and dV", 3: "the GQA sum", 4: "dQ"},
+}
+BONUS = ("backward",)  # files beyond the 100 points (notebook 06)
+
+# The part a Triton kernel or helper belongs to, for compile errors (which
+# carry the kernel's source, not a line of your file). _backward_dkdv holds
+# Parts 2 and 3, so it names neither.
+KERNEL_PARTS = {
+    "forward": {name: part for part, name in PARTS["forward"].items()},
+    "backward": {"_backward_preprocess": 1, "_backward_dq": 4},
+}
+
+
+# --------------------------------------------------------------------------
+# Verdicts
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """What a check found: PASS or FAIL, about which part, and why."""
+
+    ok: bool
+    what: str  # e.g. "naive.py Part 1 (GQA head mapping)"
+    message: str
+    where: str | None = None
+    cause: str | None = None
+    hint: str | None = None
+    extra: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def bonus(self) -> bool:
+        """True for a bonus file's verdict (backward.py): not part of the 100 points."""
+        return self.what.split(".py")[0] in BONUS
+
+    def headline(self) -> str:
+        return f"{'PASS' if self.ok else 'FAIL'} {self.what}: {self.message}"
+
+    def lines(self) -> list[str]:
+        out = [self.headline()]
+        for label, text in (("where", self.where), ("likely cause", self.cause), ("hint", self.hint)):
+            if text:
+                out.append(f"    {label}: {text}")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def what(module: str, part=None) -> str:
+    """``naive.py``, ``tiled.py Parts 1-5`` or ``naive.py Part 1 (GQA head mapping)``."""
+    if part is None:
+        return f"{module}.py"
+    if isinstance(part, tuple):
+        return f"{module}.py Parts {part[0]}-{part[-1]}"
+    return f"{module}.py Part {part} ({PARTS[module][part]})"
+
+
+def fail(module, part, message, **kw) -> Verdict:
+    return Verdict(False, what(module, part), message, **kw)
+
+
+class Stop(Exception):
+    """Raised inside a check to end it with this verdict."""
+
+    def __init__(self, verdict: Verdict):
+        super().__init__(str(verdict))
+        self.verdict = verdict
+
+
+def verdict_of(check, *args, **kwargs) -> Verdict:
+    """Run a check body; whatever happens, come back with a Verdict."""
+    try:
+        return check(*args, **kwargs)
+    except Stop as stop:
+        return stop.verdict
+
+
+def prints_verdict(body):
+    """The notebook's check from a check body: it prints the body's verdict and returns nothing.
+
+    ``check.verdict(...)`` runs the same body and returns its Verdict instead
+    (what :func:`gqa_flash.lab.checks.verdicts` collects).
+    """
+
+    def check() -> None:
+        print(verdict_of(body))
+
+    check.__name__, check.__qualname__ = body.__name__, body.__qualname__
+    check.__doc__, check.__module__ = body.__doc__, body.__module__
+    check.verdict = lambda *args, **kwargs: verdict_of(body, *args, **kwargs)
+    return check
+
+
+# --------------------------------------------------------------------------
+# Running your code
+# --------------------------------------------------------------------------
+
+
+def rel(module: str) -> str:
+    """``gqa_flash/naive.py`` (or ``solutions/naive.py``): the file the check runs."""
+    path = impl.path_of(module)
+    try:
+        return str(path.relative_to(layout.COURSE_DIR))
+    except ValueError:
+        return str(path)
+
+
+def load(module: str):
+    """The graded module, re-imported if it changed; a broken file becomes a verdict."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return impl.load(module)
+    except Exception as e:  # a syntax error, an import error...
+        raise Stop(fail(module, None, f"{rel(module)} does not import: {describe_exception(e)}",
+                        hint="fix the error, save the file, and re-run this cell")) from None
+
+
+def run_student(module: str, fn, *args, part=None, **kwargs):
+    """Call student code; NotImplementedError and crashes become verdicts (raised as Stop).
+
+    ``part`` is the part to blame when the failing line is in no part of the file.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args, **kwargs)
+    except Stop:
+        raise
+    except NotImplementedError as e:
+        m = re.search(r"Part (\d+)", str(e))
+        p = int(m.group(1)) if m else (_part_from_traceback(module, e)[0] or part)
+        p = p if p in PARTS[module] else part
+        raise Stop(fail(module, p, f"Part {p} is not implemented yet" if p else "not implemented yet",
+                        hint=f"open {rel(module)}, fill in Part {p}, save, and re-run this cell")) from None
+    except Exception as e:
+        p, line = _part_from_traceback(module, e)
+        p = p or _part_of_compile_error(module, e) or part
+        where = f"{rel(module)}, line {line}" if line else None
+        raise Stop(fail(module, p, f"your code raised {describe_exception(e)}", where=where)) from None
+
+
+def _part_regions(path: Path) -> list[tuple[int, int, int]]:
+    """(first line, last line, part) of every STUDENT IMPLEMENTATION banner in a file."""
+    regions, start, part = [], None, None
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return regions
+    for lineno, line in enumerate(lines, start=1):
+        m = layout.BANNER.search(line)
+        if m and line.strip().startswith("#"):
+            start, part = lineno, int(m.group(1))
+        elif line.strip() == layout.BANNER_END and start is not None:
+            regions.append((start, lineno, part))
+            start = None
+    return regions
+
+
+def _part_from_traceback(module: str, exc: BaseException):
+    """The part whose banner holds the deepest line of ``module``'s file in the traceback."""
+    path = impl.path_of(module).resolve()
+    line = None
+    chain, e = [], exc
+    while e is not None and e not in chain:  # the interpreter re-raises: look through the causes
+        chain.append(e)
+        e = e.__cause__
+    for e in chain:
+        tb = e.__traceback__
+        while tb is not None:
+            try:
+                if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
+                    line = tb.tb_lineno
+            except (OSError, ValueError):
+                pass
+            tb = tb.tb_next
+    if line is None:
+        return None, None
+    for first, last, part in _part_regions(path):
+        if first <= line <= last:
+            return part, line
+    return None, line
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The exception student code raised, out of the wrappers of Triton's interpreter."""
+    while type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
+
+
+def _innermost_compile_error(exc: BaseException):
+    try:
+        from triton.compiler.errors import CompilationError
+    except ImportError:  # pragma: no cover
+        return None
+    found, e, seen = None, exc, set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, CompilationError):
+            found = e
+        e = e.__cause__ or e.__context__
+    return found
+
+
+def _part_of_compile_error(module: str, exc: BaseException):
+    """The part of the kernel or helper that did not compile (on a GPU), when one can tell."""
+    ce = _innermost_compile_error(exc)
+    if ce is None or not getattr(ce, "src", None):
+        return None
+    m = re.search(r"def\s+(\w+)\s*\(", ce.src)
+    return KERNEL_PARTS.get(module, {}).get(m.group(1)) if m else None
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``TypeError: message``, one line, short; for Triton compile errors the error and its line."""
+    ce = _innermost_compile_error(exc)
+    if ce is not None:
+        msg = (getattr(ce, "error_message", None) or "").strip().splitlines()
+        text = msg[-1] if msg else type(ce).__name__
+        node, src = getattr(ce, "node", None), getattr(ce, "src", None)
+        if src and hasattr(node, "lineno"):
+            source_lines = src.splitlines()
+            if 0 < node.lineno <= len(source_lines):
+                text += f" (in `{source_lines[node.lineno - 1].strip()}`)"
+        return f"the kernel does not compile: {type(ce).__name__}: {_short(text)}"
+    exc = _unwrap(exc)
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {_short(text[0] if text else '')}".rstrip(": ")
+
+
+def _short(text: str, limit: int = 220) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------
+# Comparing tensors
+# --------------------------------------------------------------------------
+
+
+def tol(dtype):
+    """The graded tests' tolerance (atol, rtol) for outputs of this dtype."""
+    return testing.TOLERANCES.get(dtype, testing.TOLERANCES[torch.float32])
+
+
+def fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def at(problem) -> str:
+    """``row 3, column 5: got 0.1, expected 0.2``: where a testing.Mismatch is, and what is there."""
+    index = ", ".join(f"{label} {i}" for label, i in zip(problem.labels, problem.index))
+    return f"{index}: got {fmt(problem.got)}, expected {fmt(problem.expected)}"
+
+
+def _close(got, exp, atol, rtol):
+    """Elementwise: within tolerance of a finite expected value, or exactly the expected +-inf."""
+    close = ((got - exp).abs() <= atol + rtol * exp.abs()) & torch.isfinite(exp)
+    return close | (got == exp)
+
+
+def matches(out, candidate, atol, rtol) -> bool:
+    """True when ``out`` equals ``candidate`` within tolerance; NaN matches NaN, inf matches inf.
+
+    Tuples compare element by element: every one must match.
+    """
+    if isinstance(candidate, tuple):
+        return (isinstance(out, tuple) and len(out) == len(candidate)
+                and all(matches(o, c, atol, rtol) for o, c in zip(out, candidate)))
+    if candidate is None or not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(candidate.shape):
+        return False
+    got = out.detach().to("cpu", torch.float64)
+    exp = candidate.detach().to("cpu", torch.float64)
+    return bool((_close(got, exp, atol, rtol) | (torch.isnan(got) & torch.isnan(exp))).all())
+
+
+def first_cause(out, variants, atol, rtol):
+    """The description of the first known mistake whose output ``out`` matches.
+
+    ``variants`` holds (description, output) pairs; an output may be a function
+    that computes it (called only if needed), or a tuple of tensors.
+    """
+    for description, candidate in variants:
+        try:
+            value = candidate() if callable(candidate) else candidate
+        except Exception:  # a variant that cannot happen for these shapes
+            continue
+        if matches(out, value, 2 * atol, 2 * rtol):
+            return description
+    return None
+
+
+def shape_problem(out, ref_shape, what="the output"):
+    if not isinstance(out, torch.Tensor):
+        return f"{what} should be a tensor, got {type(out).__name__}"
+    if tuple(out.shape) != tuple(ref_shape):
+        return f"{what} has shape {list(out.shape)}; expected {list(ref_shape)}"
+    return None

@@ -1,0 +1,216 @@
+"""The kernel's pictures (notebooks 04 and 05): the launch grid, which tiles a program visits,
+the two query sub-tiles of the fast kernel, and where a kernel's output is wrong.
+
+:func:`plot_error_map` and :func:`plot_bug_gallery` draw what ``checks.forward_error_map()``
+and ``checks.simulated_error_map()`` measured; the rest is computed from the definitions.
+The conventions are ``viz``'s: rows are queries, columns are keys.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import Patch, Rectangle
+
+from gqa_flash.lab.viz import VISITED, MASKED, SKIPPED, GOOD, KV_COLORS, tile_kinds, plot_tile_schedule
+
+
+# --------------------------------------------------------------------------
+# 04: the Triton kernel (05: the fast kernel's sub-tiles)
+# --------------------------------------------------------------------------
+
+
+def plot_launch_grid(seq_len=200, block_m=64, batch=2, n_q_heads=4, n_kv_heads=2):
+    """One program per (query tile, batch x head); its colour is the KV head it reads."""
+    n_qt = -(-seq_len // block_m)
+    rows = batch * n_q_heads
+    group = n_q_heads // n_kv_heads
+    fig, ax = plt.subplots(figsize=(2.2 + 1.6 * n_qt, 0.55 * rows + 1.6))
+    for pid1 in range(rows):
+        b, h = pid1 // n_q_heads, pid1 % n_q_heads
+        kv = h // group
+        for pid0 in range(n_qt):
+            ax.add_patch(Rectangle((pid0, pid1), 0.94, 0.9, facecolor=KV_COLORS[kv % 10], alpha=0.35 + 0.15 * b,
+                                   edgecolor="k"))
+            rows_txt = f"rows {pid0 * block_m}-{min((pid0 + 1) * block_m, seq_len) - 1}"
+            ax.text(pid0 + 0.47, pid1 + 0.45, f"b{b} h{h} -> kv{kv}\n{rows_txt}", ha="center", va="center",
+                    fontsize=7.5)
+    ax.set_xlim(-0.05, n_qt)
+    ax.set_ylim(rows, -0.05)
+    ax.set_xticks(np.arange(n_qt) + 0.47)
+    ax.set_xticklabels([str(i) for i in range(n_qt)])
+    ax.set_yticks(np.arange(rows) + 0.45)
+    ax.set_yticklabels([str(i) for i in range(rows)])
+    ax.set_xlabel("tl.program_id(0): query tile")
+    ax.set_ylabel("tl.program_id(1) = b * n_q_heads + h")
+    ax.set_title(f"grid = (cdiv({seq_len}, {block_m}), {batch} x {n_q_heads}) = ({n_qt}, {rows}) programs; "
+                 f"colour = KV head ({n_q_heads} query heads on {n_kv_heads})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_kernel_schedule(seq_len=83, block_m=32, block_n=16, highlight=2):
+    """The kernel's two phases for every query tile: phase 1 (no mask), phase 2 (masked diagonal), skipped."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 5.2))
+    plot_tile_schedule(seq_len, block_m, block_n, True, highlight, ax=a,
+                       title=f"causal, BLOCK_M = {block_m}, BLOCK_N = {block_n}")
+    plot_tile_schedule(seq_len, block_m, block_n, False, highlight, ax=b,
+                       title="no causal mask: only the ragged last key block is masked")
+    fig.suptitle(f"N = {seq_len}: blue = phase 1 (no mask), orange = phase 2 (_mask_scores), grey = never loaded; "
+                 f"numbers: query tile {highlight}'s walk", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+ALONE = "#C44E52"  # a diagonal tile the second query sub-tile finishes alone
+
+
+def plot_pingpong(block_m=32, block_n=8, q_block=1):
+    """The fast kernel's two query sub-tiles: which key tiles each half visits, and why the split helps."""
+    half = block_m // 2
+    q0 = q_block * block_m
+    n_keys = q0 + block_m
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw=dict(width_ratios=[1, 1.1]))
+    # Left: one program's rows (two halves) against the key tiles it walks, numbered in loop order:
+    # a number shared by both halves is one K/V tile load used twice.
+    for step, k0 in enumerate(range(0, n_keys, block_n), start=1):
+        for h in (0, 1):
+            rows0 = q0 + h * half
+            if k0 > rows0 + half - 1:
+                color = SKIPPED  # every key of this tile is in this half's future
+            elif k0 + block_n - 1 < q0:
+                color = VISITED
+            elif k0 < q0 + half:
+                color = MASKED
+            else:
+                color = ALONE
+            a.add_patch(Rectangle((k0, rows0), block_n, half, facecolor=color, edgecolor="white", lw=1.5))
+            if color != SKIPPED:
+                a.text(k0 + block_n / 2, rows0 + half / 2, str(step), ha="center", va="center", color="white",
+                       fontsize=9, weight="bold")
+    a.plot([q0, n_keys], [q0, n_keys], color="k", lw=1, ls="--")
+    a.axhline(q0 + half, color="k", lw=2)
+    a.set_xlim(0, n_keys)
+    a.set_ylim(q0 + block_m, q0)
+    a.set_yticks([q0 + half / 2, q0 + 1.5 * half], ["first half\n(Q0)", "second half\n(Q1)"])
+    a.set_xlabel("keys")
+    a.set_title(f"one program: query rows {q0}-{q0 + block_m - 1} as two halves, key tiles of {block_n}",
+                fontsize=10)
+    a.legend(handles=[Patch(color=VISITED, label="both halves, no mask"),
+                      Patch(color=MASKED, label="both halves, masked"),
+                      Patch(color=ALONE, label="second half alone"),
+                      Patch(color=SKIPPED, label="skipped")],
+             loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=8, frameon=False)
+    # Right: an idealised timeline of one key tile's work for both halves, on the two kinds of units.
+    serial = [(0, "S0", 0), (1, "exp 0", 1), (0, "P0 V", 2), (0, "S1", 3), (1, "exp 1", 4), (0, "P1 V", 5)]
+    paired = [(0, "S0", 0), (0, "S1", 1), (1, "exp 0", 1), (0, "P0 V", 2), (1, "exp 1", 2), (0, "P1 V", 3)]
+    rows = ((3.2, serial, "one half after\nthe other: 6"), (0.4, paired, "both halves\ninterleaved: 4"))
+    for y_off, blocks, name in rows:
+        for unit, text, t in blocks:
+            y = y_off + (1.1 if unit == 0 else 0)
+            b.add_patch(Rectangle((t, y), 1, 1, facecolor=VISITED if unit == 0 else MASKED, edgecolor="white", lw=2))
+            b.text(t + 0.5, y + 0.5, text, ha="center", va="center", color="white", fontsize=9, weight="bold")
+        b.text(-0.2, y_off + 1.05, name, ha="right", va="center", fontsize=9)
+    b.set_xlim(-1.9, 6.1)
+    b.set_ylim(0.2, 5.5)
+    b.set_yticks([])
+    b.set_xticks(range(7))
+    b.set_xlabel("time in steps (idealised: the hardware decides the real overlap)")
+    b.set_title("per key tile: the exponentials of one half hide behind the other's products", fontsize=10)
+    b.legend(handles=[Patch(color=VISITED, label="tensor cores: S = Q K^T, O += P V"),
+                      Patch(color=MASKED, label="exp2 units: the softmax")],
+             loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
+    for side in ("top", "right", "left"):
+        b.spines[side].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def _error_image(ax, err, tol, kinds, title, title_color="black"):
+    cmap = plt.get_cmap("Reds").copy()
+    cmap.set_under(GOOD)
+    cmap.set_bad("#000000")
+    values = np.where(np.isfinite(err), np.log10(np.maximum(err, 1e-30)), np.nan)
+    vmin, vmax = math.log10(tol), 0.5
+    im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    n_qb, n_kb = err.shape
+    for qb in range(n_qb):
+        for kb in range(n_kb):
+            if kinds is not None and kinds[qb, kb] == 0 and err[qb, kb] <= tol:
+                ax.add_patch(Rectangle((kb - 0.5, qb - 0.5), 1, 1, facecolor=SKIPPED, edgecolor="white"))
+            elif kinds is not None and kinds[qb, kb] == 2:
+                ax.add_patch(Rectangle((kb - 0.46, qb - 0.46), 0.92, 0.92, fill=False, edgecolor=MASKED, lw=1.5))
+            if not np.isfinite(err[qb, kb]):
+                ax.text(kb, qb, "NaN", ha="center", va="center", color="white", fontsize=7)
+    ax.set_xticks(range(n_kb))
+    ax.set_yticks(range(n_qb))
+    ax.set_xlabel("key block")
+    ax.set_ylabel("query block")
+    ax.set_title(title, fontsize=9, color=title_color)
+    return im
+
+
+def plot_error_map(emap, heads=None):
+    """Your kernel's error per (query block, key block), one panel per query head.
+
+    A cell is the largest error, over the block's rows, in the probability the
+    rows put on that key block. Green: right. Red: wrong (darker is worse);
+    black: NaN. Grey: a tile the causal kernel skips (and nothing leaked there).
+    An orange frame marks a masked (diagonal) tile. A panel's title says which
+    KV head the query head should read and which one it did read.
+    """
+    if emap.err is None:
+        fig, ax = plt.subplots(figsize=(8, 1.2))
+        ax.axis("off")
+        ax.text(0, 0.5, "No error map: the kernel did not run.\n" + (emap.message or ""), fontsize=9, va="center",
+                family="monospace")
+        return fig
+    heads = range(emap.err.shape[0]) if heads is None else heads
+    heads = list(heads)
+    cols = min(4, len(heads))
+    rows = -(-len(heads) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 1, 2.4 * rows + 0.8), squeeze=False,
+                             constrained_layout=True)
+    kinds = _block_kinds(emap)
+    err = emap.err.numpy()
+    im = None
+    for ax, h in zip(axes.flat, heads):
+        read, want = emap.kv_read[h], emap.kv_expected[h]
+        ok = read == want
+        read_txt = "?" if read is None else str(read)
+        im = _error_image(ax, err[h], emap.tol, kinds, f"q head {h}: KV head {want}, read {read_txt}",
+                          "black" if ok else "#C44E52")
+    for ax in list(axes.flat)[len(heads):]:
+        ax.axis("off")
+    fig.colorbar(im, ax=axes, fraction=0.03, label="log10 of the largest error")
+    worst = float(np.nan_to_num(err, nan=np.inf).max())
+    verdict = "all right" if worst <= emap.tol and all(r == w for r, w in zip(emap.kv_read, emap.kv_expected)) \
+        else "wrong where red"
+    fig.suptitle(f"Error per (query block, key block); N = {emap.seq_len}, BLOCK_M = {emap.block_m}, "
+                 f"BLOCK_N = {emap.block_n}: {verdict}", fontsize=10)
+    return fig
+
+
+def _block_kinds(emap):
+    """Kinds of (query block of BLOCK_M rows, key block of BLOCK_N keys), the grid of the error map."""
+    return tile_kinds(emap.seq_len, emap.block_m, emap.block_n, emap.causal)
+
+
+def plot_bug_gallery(maps: dict, head=1):
+    """One query head's error map for each of several known bugs (from ``checks.simulated_error_map``)."""
+    fig, axes = plt.subplots(1, len(maps), figsize=(2.9 * len(maps) + 1, 3.2), squeeze=False,
+                             constrained_layout=True)
+    im = None
+    for ax, (name, emap) in zip(axes.flat, maps.items()):
+        kinds = _block_kinds(emap)
+        read = emap.kv_read[head]
+        title = f"{name}\nq head {head}: KV head {emap.kv_expected[head]}, read {'?' if read is None else read}"
+        im = _error_image(ax, emap.err[head].numpy(), emap.tol, kinds, title)
+    fig.colorbar(im, ax=axes, fraction=0.02, label="log10 of the largest error")
+    return fig
+
+
+
+__all__ = ["plot_launch_grid", "plot_kernel_schedule", "plot_pingpong", "plot_error_map", "plot_bug_gallery"]

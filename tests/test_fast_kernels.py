@@ -1,0 +1,122 @@
+"""The fast kernels (``gqa_flash/fast/``) work in a copy of the course without solutions/.
+
+The course is published to students without the completed graded files, so the fast kernels
+must carry everything they need: fp32 inputs, layouts the copy engine cannot read and the
+backward's D = rowsum(dO * O) included. This test copies the package (and pyproject.toml) into
+pytest's tmp_path, without solutions/, and runs the fast kernels there in a fresh interpreter
+whose graded files are the student stubs (GQA_FLASH_IMPL=student). An audit hook in that
+interpreter fails the run if anything opens or lists a path with a ``solutions`` folder in it.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+COURSE_DIR = Path(__file__).resolve().parents[1]
+
+# Runs in the copy. Each case: q's layout, dtype, head dim; forward (O and LSE) through
+# fast_attention_forward, then forward and backward through flash_attention(..., fast=True),
+# all against the float64 references with the course's tolerances.
+CHILD = textwrap.dedent('''
+    import sys
+    from pathlib import Path
+
+    COPY = Path.cwd().resolve()
+
+
+    def _no_solutions(event, args):
+        if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes, Path)):
+            path = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
+            if "solutions" in Path(path).parts:
+                raise RuntimeError(f"read a solutions folder: {path}")
+
+
+    sys.addaudithook(_no_solutions)
+
+    import torch
+
+    import gqa_flash
+    from gqa_flash import impl
+    from gqa_flash.testing import assert_lse_matches, assert_matches, gradient_error
+
+    assert Path(gqa_flash.__file__).resolve().is_relative_to(COPY), gqa_flash.__file__
+    assert impl.current() == "student"
+    try:
+        impl.source_dir("solutions")
+    except FileNotFoundError:
+        pass
+    else:
+        raise AssertionError("the copy has a solutions folder")
+
+
+    def inputs(layout, dtype, d, seed, b=1, hq=4, hkv=2, n=37):
+        gen = torch.Generator().manual_seed(seed)
+        if layout == "transposed":  # q's last dim has stride n: the copy engine cannot read it
+            q = torch.randn(b, hq, d, n, generator=gen).to(dtype).transpose(-1, -2)
+            assert q.stride(-1) != 1
+        else:
+            q = torch.randn(b, hq, n, d, generator=gen).to(dtype)
+        k = torch.randn(b, hkv, n, d, generator=gen).to(dtype)
+        v = (torch.randn(b, hkv, n, d, generator=gen) + torch.arange(hkv).view(1, -1, 1, 1)).to(dtype)
+        do = torch.randn(b, hq, n, d, generator=gen).to(dtype)
+        return q, k, v, do
+
+
+    CASES = [  # q's layout, dtype, head dim (20 fp16: 40-byte rows, which the copy engine cannot read)
+        ("contiguous", torch.float16, 32),
+        ("transposed", torch.float16, 32),
+        ("contiguous", torch.float16, 20),
+        ("contiguous", torch.float32, 32),
+        ("transposed", torch.float32, 16),
+    ]
+    for seed, (layout, dtype, d) in enumerate(CASES):
+        q, k, v, do = inputs(layout, dtype, d, seed)
+        for causal in (True, False):
+            ctx = f"{layout} {dtype} d={d} causal={causal}"
+            ref, ref_lse = gqa_flash.reference_attention(q, k, v, causal=causal)
+            o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)
+            assert o.dtype == dtype and o.shape == q.shape, ctx
+            assert_matches("fast_attention_forward O", o, ref, dtype, ctx)
+            assert_lse_matches(lse, ref_lse, ctx)
+
+            qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))  # clone keeps strides
+            assert qg.stride() == q.stride(), ctx
+            o = gqa_flash.flash_attention(qg, kg, vg, causal=causal, fast=True)
+            assert_matches("flash_attention(fast=True) O", o, ref, dtype, ctx)
+            o.backward(do)
+            refs = gqa_flash.reference_gradients(q, k, v, do, causal=causal)
+            for name, t, r in zip("QKV", (qg, kg, vg), refs):
+                err, bound = gradient_error(t.grad, r, dtype)
+                assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e}; {ctx}"
+            print("ok", ctx, flush=True)
+    print("all fast-kernel cases passed")
+''')
+
+
+@pytest.mark.timeout(300)
+def test_fast_kernels_in_a_course_copy_without_the_completed_files(tmp_path):
+    copy = tmp_path / "course"
+    shutil.copytree(COURSE_DIR / "gqa_flash", copy / "gqa_flash", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(COURSE_DIR / "pyproject.toml", copy / "pyproject.toml")
+    assert not (copy / "solutions").exists()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(copy),
+        "GQA_FLASH_IMPL": "student",  # the graded files in the copy are whatever the package ships
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # Anything Triton would cache stays in tmp_path (the interpreter compiles nothing).
+        "TRITON_HOME": str(tmp_path / "triton"),
+        "TRITON_CACHE_DIR": str(tmp_path / "triton" / "cache"),
+    }
+    result = subprocess.run([sys.executable, "-c", CHILD], cwd=copy, env=env, capture_output=True, text=True,
+                            timeout=240)
+    log = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, log
+    assert "all fast-kernel cases passed" in result.stdout, log
+    assert result.stdout.count("ok ") == 10, log
+    assert not (copy / "solutions").exists()
