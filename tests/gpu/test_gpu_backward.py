@@ -17,18 +17,23 @@ CASES = [
 ]
 
 
+def check_gradients(q, k, v, causal, fast, tol, label):
+    """Backpropagate a random dO through flash_attention; each gradient's relative error must be <= tol."""
+    do = torch.randn(q.shape, device="cuda", dtype=q.dtype)
+    gqa_flash.flash_attention(q, k, v, causal=causal, fast=fast).backward(do)
+    for name, t, ref in zip("QKV", (q, k, v), gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
+        rel = ((t.grad.double().cpu() - ref).norm() / ref.norm()).item()
+        print(f"\n{label} d{name}: relative error {rel:.2e}")
+        assert rel <= tol
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fast", [False, True], ids=["graded", "fast"])
 @pytest.mark.parametrize("case", CASES, ids=[f"h{c[1]}:{c[2]}-n{c[3]}-d{c[4]}-{str(c[5])[6:]}" for c in CASES])
 def test_gradients_on_gpu(case, fast, seed):
     b, hq, hkv, n, d, dtype, causal, tol = case
     q, k, v = (t.requires_grad_(True) for t in random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda"))
-    do = torch.randn(q.shape, device="cuda", dtype=dtype)
-    gqa_flash.flash_attention(q, k, v, causal=causal, fast=fast).backward(do)
-    for name, t, ref in zip("QKV", (q, k, v), gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
-        rel = ((t.grad.double().cpu() - ref).norm() / ref.norm()).item()
-        print(f"\n{'fast' if fast else 'graded'} {case[:7]} d{name}: relative error {rel:.2e}")
-        assert rel <= tol
+    check_gradients(q, k, v, causal, fast, tol, label=f"{'fast' if fast else 'graded'} {case[:7]}")
 
 
 FAST_CASES = [
@@ -46,9 +51,4 @@ def test_fast_backward_layouts_and_fp32_on_gpu(case, seed):
     layout, dtype, d, tol = case
     q, k, v = (t.requires_grad_(True)
                for t in random_qkv(1, 8, 2, 777, d, dtype=dtype, layout=layout, seed=seed, device="cuda"))
-    do = torch.randn(q.shape, device="cuda", dtype=dtype)
-    gqa_flash.flash_attention(q, k, v, causal=True, fast=True).backward(do)
-    for name, t, ref in zip("QKV", (q, k, v), gqa_flash.reference_gradients(q, k, v, do, causal=True)):
-        rel = ((t.grad.double().cpu() - ref).norm() / ref.norm()).item()
-        print(f"\nfast {case[:3]} d{name}: relative error {rel:.2e}")
-        assert rel <= tol
+    check_gradients(q, k, v, True, True, tol, label=f"fast {case[:3]}")
