@@ -41,9 +41,15 @@ test: setup
 test-lint: setup
 	$(BIN)/ruff check .
 
+# pytest runs in $(WORKERS) processes (pytest-xdist), a test file per process at a time (module
+# fixtures such as the graded mutants are built once). The browser test opens two notebooks here,
+# the lab's first and the kernel's; make test-browser opens all of them.
+WORKERS ?= 2
+BROWSER_NOTEBOOKS ?= 00_setup_and_map,04_triton_kernel
 test-pytest: setup
 	VENV=$(VENV) bash tests/browser/install.sh
-	GQA_FLASH_IMPL=solutions $(BIN)/python -m pytest tests
+	GQA_FLASH_IMPL=solutions GQA_FLASH_BROWSER_NOTEBOOKS=$(BROWSER_NOTEBOOKS) \
+	  $(BIN)/python -m pytest tests -n $(WORKERS) --dist loadfile
 
 test-nbval: setup
 	GQA_FLASH_IMPL=solutions $(BIN)/python -m pytest --nbval-lax --nbval-current-env notebooks -p no:cacheprovider
@@ -51,7 +57,7 @@ test-nbval: setup
 # The course in JupyterLab in headless Chromium, with the solutions and with the stubs.
 test-browser: setup
 	VENV=$(VENV) bash tests/browser/install.sh
-	$(BIN)/python -m pytest -m browser tests/browser
+	GQA_FLASH_BROWSER_NOTEBOOKS= $(BIN)/python -m pytest -m browser tests/browser
 
 # The graded tests alone, against your own files in gqa_flash/.
 test-graded: setup

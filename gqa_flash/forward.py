@@ -34,18 +34,20 @@ Two tricks from FlashAttention-2 and Triton's tutorial:
     own diagonal under the causal mask; all keys without), and the row's
     maximum contributes exp2(0) = 1 to ``l_i``, so ``l_i >= 1``.
 
-GQA costs nothing extra: the program of query head h simply reads KV head
-h // (n_q_heads // n_kv_heads). The K and V tiles of one KV head are read by
+GQA costs nothing extra: the program of a query head simply reads the K and V
+of its group's KV head. The K and V tiles of one KV head are read by
 ``group_size`` programs, which the GPU's L2 cache serves.
 
-What you write: four small ``@triton.jit`` helpers, one idea each, which the
-kernel calls (Triton inlines them, so they cost nothing). Each can be checked
-on its own in notebook 04.
+What you write: the kernel, in six ``@triton.jit`` helpers, one idea each.
+The kernel at the bottom only calls them in order (Triton inlines helpers, so
+they cost nothing), and notebook 04 checks each on its own.
 
-    Part 1  _kv_head_index          query head -> KV head
-    Part 2  _online_softmax_update  fold one tile of scores into (acc, l_i, m_i)
-    Part 3  _mask_scores            the causal mask and the ragged tail
-    Part 4  _epilogue               normalise; store O and the LSE
+    Part 1  _program_ids            which tile, batch and heads this program owns
+    Part 2  _load_tile              a masked [rows, columns] tile, any strides
+    Part 3  _key_loop               both phases of the key loop, with their bounds
+    Part 4  _online_softmax_update  fold one tile of scores into (acc, l_i, m_i)
+    Part 5  _mask_scores            the causal mask and the ragged tail
+    Part 6  _epilogue               normalise; store O and the LSE
 """
 
 import torch
@@ -56,76 +58,150 @@ from gqa_flash import runtime  # picks the interpreter before the kernels below 
 
 
 @triton.jit
-def _kv_head_index(q_head_idx, N_Q_HEADS, N_KV_HEADS):
-    """The key/value head that query head ``q_head_idx`` reads."""
+def _program_ids(N_Q_HEADS, N_KV_HEADS):
+    """Returns ``(q_tile_idx, batch_idx, q_head_idx, kv_head_idx)`` for this program."""
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 1) ---
-    # Map a query head to the key/value head it shares.
-    #   1. group_size: how many query heads share one KV head.
-    #   2. The KV head of q_head_idx. Consecutive query heads form a group
-    #      (heads 0 .. group_size-1 read KV head 0): integer division, not
-    #      the remainder.
-    return q_head_idx * 0  # Placeholder: replace with your calculation
+    # Every program computes the same code; only its place in the launch grid
+    # tells it which work is its own. The grid (see flash_attention_forward)
+    # is (query tiles, batch * N_Q_HEADS): axis 0 counts query tiles, axis 1
+    # counts (batch, query head) pairs with the head varying fastest.
+    # Return, in this order: the query tile, the batch, the query head, and
+    # the KV head that query head reads.
+    # Invariants: 0 <= q_head_idx < N_Q_HEADS, 0 <= kv_head_idx < N_KV_HEADS,
+    # and a group of N_Q_HEADS // N_KV_HEADS *consecutive* query heads shares
+    # one KV head (as in naive.py).
+    # Hint: tl.program_id(axis) is this program's index along an axis.
+    zero = tl.program_id(0) * 0
+    return zero, zero, zero, zero  # Placeholder: every program does the first tile of head 0
+    # --- END OF STUDENT IMPLEMENTATION ---
+
+
+@triton.jit
+def _load_tile(X, batch_idx, head_idx, rows, cols, stride_b, stride_h, stride_row, stride_col, n_rows, n_cols):
+    """Load the [len(rows), len(cols)] tile ``X[batch_idx, head_idx, rows, cols]``.
+
+    ``rows`` and ``cols`` are 1-D index ranges (``tl.arange`` plus an offset);
+    entries with ``rows >= n_rows`` or ``cols >= n_cols`` do not exist and
+    come back as 0.
+    """
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 2) ---
+    # A Triton load takes a *tile of pointers*: one address per element. The
+    # element [b, h, r, c] lives b·stride_b + h·stride_h + r·stride_row +
+    # c·stride_col elements past X, whatever the layout of X (a transposed
+    # [B, N, H, D] tensor and a strided head dim included).
+    # Two things make it safe:
+    #   * Rows past n_rows (the ragged last tile of a sequence) and columns
+    #     past n_cols (the head dim padded to a power of two) are outside the
+    #     tensor: a load there reads someone else's memory or faults. Mask
+    #     them, and let them read 0, which adds nothing to any dot product.
+    #   * The batch and head offsets overflow 32-bit integers once a tensor
+    #     holds 2^31 elements: do that part of the arithmetic in int64.
+    # Hint: broadcasting a column of row offsets against a row of column
+    # offsets gives the 2-D tile, for the pointers and for the mask alike.
+    return tl.zeros((rows.shape[0], cols.shape[0]), dtype=X.dtype.element_ty)  # Placeholder: all zeros
+    # --- END OF STUDENT IMPLEMENTATION ---
+
+
+@triton.jit
+def _key_loop(acc, l_i, m_i, q, K, V, batch_idx, kv_head_idx,
+              stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+              q_tile_idx, offs_m, offs_d, qk_scale, SEQ_LEN, HEAD_DIM,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+              INPUT_PRECISION: tl.constexpr):
+    """Stream every key block this query tile needs past it; return the new ``(acc, l_i, m_i)``.
+
+    ``q`` is the [BLOCK_M, HEAD_DIM_PAD] query tile (rows ``offs_m``,
+    columns ``offs_d``), already loaded; ``acc``, ``l_i``, ``m_i`` hold the
+    online-softmax state, fresh.
+    """
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
+    # The heart of the kernel: the walk over key blocks of BLOCK_N keys, in
+    # two phases (the module's docstring draws them).
+    #   Phase 1 needs no mask. Causal: the keys before this query tile's first
+    #   row, which every row of the tile sees. Not causal: every *full* block.
+    #   Phase 2 goes through _mask_scores. Causal: the diagonal, the blocks
+    #   holding this tile's own rows (and no further: a block past the
+    #   diagonal holds only future keys, so it is skipped, never loaded;
+    #   that is half of causal attention's work saved). Not causal: the
+    #   ragged last block, if there is one.
+    # For each block: load its K and V tiles (Part 2), compute the scores
+    # [BLOCK_M, BLOCK_N] in log2 units (the dot product of the query rows
+    # with the key rows, times qk_scale), and fold them in (Part 4).
+    # Invariants: each key < SEQ_LEN that the tile may see goes through
+    # exactly one phase, once; both phases start on a multiple of BLOCK_N
+    # (BLOCK_M is a multiple of BLOCK_N); the tile's rows past SEQ_LEN may
+    # see anything, they are never stored.
+    # Hint: a loop bound may depend on the program's own index (q_tile_idx);
+    # and tl.dot wants [M, K] @ [K, N]: your K tile is [BLOCK_N, HEAD_DIM_PAD].
+    return acc, l_i, m_i  # Placeholder: no key is ever visited
     # --- END OF STUDENT IMPLEMENTATION ---
 
 
 @triton.jit
 def _online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION: tl.constexpr):
     """Fold one [BLOCK_M, BLOCK_N] tile of scores ``s`` (already scaled by
-    ``qk_scale``, so in log2 units) and its [BLOCK_N, HEAD_DIM] values ``v``
-    into the running state. Returns the new ``(acc, l_i, m_i)``."""
-    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 2) ---
-    # The online-softmax update, as in tiled.py, but with exp2:
-    #   1. m_new = the larger of m_i and the row maxima of s (tl.max(s, 1)).
-    #   2. alpha = exp2(m_i - m_new): the factor that rescales the old l_i
-    #      and acc to the new maximum.
-    #   3. p = exp2(s - m_new[:, None]): this tile's unnormalised probabilities.
-    #   4. l_i = l_i * alpha + the row sums of p.
-    #   5. acc = acc * alpha[:, None] + p @ v. tl.dot needs both operands in
-    #      one dtype: cast p to v's dtype (p.to(v.dtype)), not to a fixed one,
-    #      so fp16, bf16 and fp32 inputs all work. Pass
-    #      input_precision=INPUT_PRECISION to tl.dot.
-    #   6. Return acc, l_i, m_new.
+    ``qk_scale``, so in log2 units) and its [BLOCK_N, HEAD_DIM_PAD] values
+    ``v`` into the running state. Returns the new ``(acc, l_i, m_i)``."""
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 4) ---
+    # The update of tiled.py, row by row, with one change: the scores are in
+    # log2 units, so every exponential is a power of 2 (tl.exp2), never e^x.
+    # Shapes: acc [BLOCK_M, HEAD_DIM_PAD] and l_i, m_i [BLOCK_M], all fp32;
+    # v in the input's dtype (fp16, bf16 or fp32).
+    # Invariants: the running max never goes down; after the update, l_i and
+    # acc are both sums of 2^(score - m_i) with the *new* m_i, over every key
+    # seen so far (the old terms rescaled, this tile's added). A row whose
+    # scores in this tile are all -inf (masked) must come out unchanged,
+    # and the very first tile arrives with m_i = -inf, l_i = 0, acc = 0.
+    # Hint: tl.dot needs both operands in one dtype, and fp16/bf16 inputs
+    # want their products on the tensor cores: bring the probabilities to
+    # v's dtype, and pass input_precision=INPUT_PRECISION to tl.dot.
     return acc, l_i, m_i  # Placeholder: the state is never updated
     # --- END OF STUDENT IMPLEMENTATION ---
 
+
 @triton.jit
 def _mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL: tl.constexpr):
-    """Set to -inf the scores of keys that row ``offs_m[i]`` must not see.
+    """Return ``s`` with -inf for the keys that row ``offs_m[i]`` must not see.
 
     ``s`` is a [BLOCK_M, BLOCK_N] tile of scores of query rows ``offs_m``
-    against keys ``offs_n``; only the blocks of Phase 2 come here.
+    against keys ``offs_n``; only the blocks of phase 2 come here.
     """
-    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
-    # A key is visible to a row when
-    #   * it exists: offs_n < SEQ_LEN (the padding keys of a ragged last
-    #     block were loaded as 0, so their score is 0, not -inf: a real
-    #     weight unless you mask it), and
-    #   * under the causal mask only (CAUSAL is a compile-time constant: use
-    #     a plain `if CAUSAL:`), it is not in the row's future:
-    #     offs_n <= offs_m (the diagonal itself is visible).
-    # Build that [BLOCK_M, BLOCK_N] boolean with broadcasting
-    # (offs_m[:, None], offs_n[None, :]) and return
-    # tl.where(visible, s, float("-inf")): exp2(-inf) = 0.
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 5) ---
+    # Two reasons hide a key from a row:
+    #   * it does not exist: it is past SEQ_LEN. Its K row was loaded as 0,
+    #     so its score is 0, not -inf: a real weight unless you hide it;
+    #   * under the causal mask only, it is in the row's future. The diagonal
+    #     itself (a row's own key) is visible.
+    # CAUSAL is a compile-time constant: a plain Python `if` on it is
+    # resolved when Triton compiles the kernel and costs nothing at run time.
+    # Why -inf: 2^-inf = 0, so a hidden key gets no weight and no share of l_i.
+    # Hint: compare the key indices with the row indices by broadcasting, as
+    # for the mask of Part 2.
     return s  # Placeholder: nothing is masked
     # --- END OF STUDENT IMPLEMENTATION ---
 
 
 @triton.jit
-def _epilogue(acc, l_i, m_i, o_ptrs, lse_ptrs, row_ok, col_ok):
-    """Normalise the accumulator and store the tile's O rows and their LSE.
+def _epilogue(acc, l_i, m_i, O, LSE, batch_idx, q_head_idx, offs_m, offs_d,
+              stride_ob, stride_oh, stride_on, stride_od, stride_lb, stride_lh, stride_ln, SEQ_LEN, HEAD_DIM):
+    """Normalise the accumulator; store the tile's rows of O and their LSE.
 
-    ``o_ptrs`` is the [BLOCK_M, HEAD_DIM_PAD] tile of pointers into O,
-    ``lse_ptrs`` the [BLOCK_M] pointers into LSE; ``row_ok`` marks the rows
-    that exist (< SEQ_LEN), ``col_ok`` the real head-dim columns.
+    O is [B, Hq, SEQ_LEN, HEAD_DIM] in the input's dtype, LSE is
+    [B, Hq, SEQ_LEN] float32; this tile's rows are ``offs_m``, its columns
+    ``offs_d`` (padded to a power of two).
     """
-    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 4) ---
-    # The epilogue.
-    #   1. Normalise once: o = acc / l_i[:, None]. No epsilon: l_i >= 1.
-    #   2. The log-sum-exp of each row, in natural log. m_i and log2(l_i) are
-    #      in log2 units: lse = (m_i + tl.log2(l_i)) * ln(2).
-    #   3. Store o, cast to O's dtype (o_ptrs.dtype.element_ty), and lse.
-    #      Mask both stores: rows past SEQ_LEN (row_ok) and, for o, the
-    #      padding columns (col_ok) must not be written; they are not there.
+    # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 6) ---
+    # After the last key block, acc holds the sum of 2^(score - m_i) * v and
+    # l_i the sum of 2^(score - m_i): divide once, here, not in every step.
+    # The LSE the backward pass needs is the natural log of the sum of
+    # e^(sm_scale * score) over the row's visible keys. m_i and l_i carry it
+    # in base 2: convert (log2(x) = ln(x) / ln(2)).
+    # Store O in O's own dtype and the LSE as float32, each through a tile
+    # of pointers as in Part 2, and write nothing outside the tensors: rows
+    # past SEQ_LEN belong to the next head (or to no tensor), columns past
+    # HEAD_DIM to the next row.
+    # Invariant: l_i >= 1 for every real row, so no epsilon is needed.
+    # Hint: a pointer's element type is ptr.dtype.element_ty.
     pass  # Placeholder: nothing is stored yet
     # --- END OF STUDENT IMPLEMENTATION ---
 
@@ -156,94 +232,33 @@ def _flash_attention_forward_gqa_kernel(
     # The diagonal phase walks BLOCK_M keys in steps of BLOCK_N.
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
 
-    # Which query tile and which (batch, query head) this program owns.
-    q_block_idx = tl.program_id(0)
-    batch_head_idx = tl.program_id(1)
-    batch_idx = batch_head_idx // N_Q_HEADS
-    q_head_idx = batch_head_idx % N_Q_HEADS
+    # Part 1: which query tile, batch and heads are this program's.
+    q_tile_idx, batch_idx, q_head_idx, kv_head_idx = _program_ids(N_Q_HEADS, N_KV_HEADS)
 
-    # Part 1: the KV head this query head reads.
-    kv_head_idx = _kv_head_index(q_head_idx, N_Q_HEADS, N_KV_HEADS)
-
-    # Base pointers of this (batch, head). Offsets in int64: batch_idx *
-    # stride_qb overflows 32 bits once a tensor holds more than 2^31 elements.
-    batch_idx = batch_idx.to(tl.int64)
-    q_base = Q + batch_idx * stride_qb + q_head_idx.to(tl.int64) * stride_qh
-    k_base = K + batch_idx * stride_kb + kv_head_idx.to(tl.int64) * stride_kh
-    v_base = V + batch_idx * stride_vb + kv_head_idx.to(tl.int64) * stride_vh
-
-    # Rows of this query tile, and the head-dim columns. Columns at or past
-    # HEAD_DIM (when it is not a power of two) are padding: loaded as 0, they
-    # add 0 to every dot product, and they are never stored.
-    offs_m = q_block_idx * BLOCK_M + tl.arange(0, BLOCK_M)
+    # The rows of this query tile and the head-dim columns (HEAD_DIM_PAD of
+    # them: the ones at or past HEAD_DIM are padding).
+    offs_m = q_tile_idx * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    d_ok = offs_d < HEAD_DIM
 
-    # Load the Q tile once; rows past SEQ_LEN (the ragged last tile) read 0.
-    q = tl.load(
-        q_base + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd,
-        mask=(offs_m[:, None] < SEQ_LEN) & d_ok[None, :],
-        other=0.0,
-    )
+    # Part 2: the Q tile, loaded once and kept for the whole key loop.
+    q = _load_tile(Q, batch_idx, q_head_idx, offs_m, offs_d, stride_qb, stride_qh, stride_qn, stride_qd,
+                   SEQ_LEN, HEAD_DIM)
 
     # The online-softmax state of each row, in fp32 whatever the input dtype.
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-
     qk_scale = sm_scale * 1.4426950408889634  # log2(e): scores come out in log2 units
 
-    # --- Phase 1: key blocks that need no mask ---
-    if CAUSAL:
-        phase1_end = q_block_idx * BLOCK_M  # every key before this tile's first row
-    else:
-        phase1_end = (SEQ_LEN // BLOCK_N) * BLOCK_N  # every full key block
-    for start_n in range(0, phase1_end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        # K is loaded transposed, [HEAD_DIM, BLOCK_N], so that q @ k is the
-        # [BLOCK_M, BLOCK_N] tile of scores.
-        k = tl.load(
-            k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd,
-            mask=d_ok[:, None],
-            other=0.0,
-        )
-        v = tl.load(
-            v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-            mask=d_ok[None, :],
-            other=0.0,
-        )
-        s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale
-        acc, l_i, m_i = _online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION)
+    # Part 3 (with Parts 4 and 5 inside): every key block this tile needs.
+    acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, K, V, batch_idx, kv_head_idx,
+                              stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+                              q_tile_idx, offs_m, offs_d, qk_scale, SEQ_LEN, HEAD_DIM,
+                              BLOCK_M, BLOCK_N, CAUSAL, INPUT_PRECISION)
 
-    # --- Phase 2: key blocks that need a mask ---
-    if CAUSAL:
-        phase2_end = tl.minimum((q_block_idx + 1) * BLOCK_M, SEQ_LEN)  # the diagonal
-    else:
-        phase2_end = SEQ_LEN  # the ragged last key block, if there is one
-    for start_n in range(phase1_end, phase2_end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        # Keys past SEQ_LEN do not exist: their loads must be masked.
-        k = tl.load(
-            k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd,
-            mask=(offs_n[None, :] < SEQ_LEN) & d_ok[:, None],
-            other=0.0,
-        )
-        v = tl.load(
-            v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-            mask=(offs_n[:, None] < SEQ_LEN) & d_ok[None, :],
-            other=0.0,
-        )
-        s = tl.dot(q, k, input_precision=INPUT_PRECISION) * qk_scale
-
-        # Part 3: hide the keys a row must not see, then fold the tile in as before.
-        s = _mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL)
-        acc, l_i, m_i = _online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION)
-
-    # Part 4: normalise, and store this tile's rows of O and LSE.
-    o_ptrs = (O + batch_idx * stride_ob + q_head_idx.to(tl.int64) * stride_oh
-              + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od)
-    lse_ptrs = LSE + batch_idx * stride_lb + q_head_idx.to(tl.int64) * stride_lh + offs_m * stride_ln
-    _epilogue(acc, l_i, m_i, o_ptrs, lse_ptrs, offs_m < SEQ_LEN, d_ok)
+    # Part 6: normalise, and store this tile's rows of O and LSE.
+    _epilogue(acc, l_i, m_i, O, LSE, batch_idx, q_head_idx, offs_m, offs_d,
+              stride_ob, stride_oh, stride_on, stride_od, stride_lb, stride_lh, stride_ln, SEQ_LEN, HEAD_DIM)
 
 
 # --- Choosing tiles --------------------------------------------------------

@@ -331,3 +331,73 @@ class kernel_only:
             setattr(owner, name, original)
         self._saved.clear()
         return False
+
+
+# --------------------------------------------------------------------------
+# Counting the kernel's work: causal skipping, graded by counting, not timing
+# --------------------------------------------------------------------------
+
+
+def score_tiles_per_program(seq_len=100, head_dim=32, causal=True, batch=1, n_q_heads=2, n_kv_heads=1, seed=0):
+    """Run the forward kernel once in Triton's interpreter; count its score tiles program by program.
+
+    A score tile is a ``tl.dot`` whose result is one [BLOCK_M, BLOCK_N] tile of
+    Q K^T (either way round) and whose inner dimension is the padded head dim:
+    one per key block a program visits. (P @ V's inner dimension is BLOCK_N,
+    so it is not counted; choose a head dim whose padding differs from BLOCK_N.)
+    Returns ``({(query tile, batch * head): count}, config)`` with the kernel's
+    INTERPRETER_CONFIG. The interpreter runs programs one at a time and knows
+    which one is running; a GPU does not, so on a GPU machine this runs in a
+    child process with the GPU hidden.
+    """
+    if not runtime.INTERPRETER:
+        return _in_interpreter_process("score_tiles_per_program", seq_len=seq_len, head_dim=head_dim,
+                                       causal=causal, batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads,
+                                       seed=seed)
+    import gqa_flash
+    from gqa_flash import impl
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    config = impl.load("forward").INTERPRETER_CONFIG
+    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
+    inner = max(16, 1 << (head_dim - 1).bit_length())
+    q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=seq_len,
+                         head_dim=head_dim, dtype=torch.float32, seed=seed, device="cpu")
+    counts: dict = {}
+    original = InterpreterBuilder.create_dot
+
+    def counting(builder, a, b, *args, **kwargs):
+        (rows, a_inner), (b_inner, cols) = a.data.shape[-2:], b.data.shape[-2:]
+        if a_inner == b_inner == inner and {rows, cols} == {block_m, block_n}:
+            program = tuple(int(i) for i in builder.grid_idx[:2])
+            counts[program] = counts.get(program, 0) + 1
+        return original(builder, a, b, *args, **kwargs)
+
+    InterpreterBuilder.create_dot = counting
+    try:
+        gqa_flash.flash_attention_forward(q, k, v, causal=causal)
+    finally:
+        InterpreterBuilder.create_dot = original
+    return {f"{t},{bh}": n for (t, bh), n in sorted(counts.items())}, config
+
+
+def _in_interpreter_process(name, **kwargs):
+    """Call this module's function ``name`` in a child Python with no GPU (so in the interpreter)."""
+    import json
+    import subprocess
+    import sys
+
+    code = (f"import json, sys; from gqa_flash import testing; "
+            f"print(json.dumps(testing.{name}(**json.loads(sys.argv[1]))))")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(kwargs)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} failed in the interpreter:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def key_blocks_needed(q_tile, seq_len, block_m, block_n, causal=True):
+    """How many key blocks query tile ``q_tile`` must visit: up to its diagonal under the causal mask."""
+    kv_end = min((q_tile + 1) * block_m, seq_len) if causal else seq_len
+    return -(-kv_end // block_n)

@@ -151,6 +151,29 @@ def _stub_lines(region: _Region, filename: str) -> list[str]:
     return [f'{region.indent}raise NotImplementedError("Part {region.part} of {module} is not implemented yet")\n']
 
 
+def solution_lines(text: str) -> dict[str, list[str]]:
+    """The code lines of each part's solution regions (comments and blank lines left out), by part.
+
+    What a student writes, measured: the course asks for a real kernel, and a
+    test (tests/test_release.py) holds these counts to a floor. The lines also
+    serve the leak check: none of them may appear in anything a student gets.
+    """
+    parts: dict[str, list[str]] = {}
+    part, inside = None, False
+    for line in text.splitlines():
+        stripped = line.strip()
+        m = BANNER.search(stripped)
+        if m and stripped.startswith("#"):
+            part = m.group(1)
+        elif stripped == BEGIN:
+            inside = True
+        elif stripped in (STUB, END):
+            inside = False
+        elif inside and stripped and not stripped.startswith("#"):
+            parts.setdefault(part, []).append(stripped)
+    return parts
+
+
 def student_text(solution_path: Path) -> str:
     body = strip_solutions(solution_path.read_text(), str(solution_path))
     text = HEADER.format(name=solution_path.name) + body

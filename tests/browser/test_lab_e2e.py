@@ -52,7 +52,23 @@ from urllib.parse import quote, urlparse
 import pytest
 
 COURSE = Path(__file__).resolve().parents[2]
-NOTEBOOKS = sorted((COURSE / "notebooks").glob("*.ipynb"))
+ALL_NOTEBOOKS = sorted((COURSE / "notebooks").glob("*.ipynb"))
+
+
+def _chosen_notebooks():
+    """GQA_FLASH_BROWSER_NOTEBOOKS="00_setup_and_map,04_triton_kernel" runs those only (make test does, to
+    stay quick: nbval and tests/test_notebooks.py run every notebook through a kernel anyway); default all."""
+    wanted = [w.strip() for w in os.environ.get("GQA_FLASH_BROWSER_NOTEBOOKS", "").split(",") if w.strip()]
+    if not wanted:
+        return ALL_NOTEBOOKS
+    unknown = sorted(set(wanted) - {p.stem for p in ALL_NOTEBOOKS})
+    if unknown:
+        raise pytest.UsageError(f"GQA_FLASH_BROWSER_NOTEBOOKS names no notebook {unknown}; "
+                                f"there are {[p.stem for p in ALL_NOTEBOOKS]}")
+    return [p for p in ALL_NOTEBOOKS if p.stem in wanted]
+
+
+NOTEBOOKS = _chosen_notebooks()
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 import gqa_flash
 from gqa_flash.testing import assert_attention_matches, case_context, peaked_qkv, random_qkv
@@ -17,19 +18,19 @@ def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, blo
                              context=case_context(seed, q, k, causal, f"block_m={block_m}, block_n={block_n}"))
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.timeout(60)
 def test_tiled_causal_mha(seed):
     check(seed, causal=True, batch=2, n_q_heads=2, n_kv_heads=2, seq_len=64, head_dim=16)
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.timeout(60)
 def test_tiled_non_causal(seed):
     check(seed, causal=False, batch=1, n_q_heads=3, n_kv_heads=3, seq_len=48, head_dim=16)
 
 
-@pytest.mark.points(4)
+@pytest.mark.points(3)
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("n_q_heads,n_kv_heads", [(8, 2), (4, 1)])
 def test_tiled_gqa_head_mapping(seed, n_q_heads, n_kv_heads):
@@ -57,7 +58,7 @@ def test_tiled_lse_natural_log(seed, causal):
     check(seed, causal=causal, lse=True, batch=2, n_q_heads=4, n_kv_heads=2, seq_len=40, head_dim=16)
 
 
-@pytest.mark.points(3)
+@pytest.mark.points(2)
 @pytest.mark.timeout(60)
 def test_tiled_fp16_custom_sm_scale(seed):
     check(seed, causal=True, sm_scale=0.3, dtype=torch.float16, lse=True, batch=1, n_q_heads=4, n_kv_heads=2,
@@ -73,3 +74,72 @@ def test_tiled_peaked_scores(seed, causal):
     # largest score seen so far; a "max" that drops to a later block's makes
     # exp(m_old - m_new) = exp(200), which overflows float32.
     check(seed, causal=causal, lse=True, qkv=peaked_qkv(seed=seed, block=16, device="cpu"))
+
+
+# --- Causal skipping, counted (not timed) ------------------------------------------------
+
+# torch's matrix products, by name: the @ operator, torch.matmul and its relatives as
+# functions and as Tensor methods, einsum, tensordot and F.linear.
+_PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "tensordot",
+             "linear", "inner"}
+
+
+class ScoreProducts(TorchFunctionMode):
+    """While active, count the scores computed: every matrix product that contracts the head dim.
+
+    A tile of scores, q_tile @ k_tile^T, takes two operands that carry the
+    head dim and returns a result that does not; P @ V returns rows of the
+    head dim, so it is not counted. (That needs a head dim that differs from
+    every other size in the case: batch, heads, tile sizes and length.)
+    ``products`` counts such products, ``elements`` sums their sizes.
+    """
+
+    def __init__(self, head_dim):
+        super().__init__()
+        self.head_dim, self.products, self.elements = head_dim, 0, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if getattr(func, "__name__", "") in _PRODUCTS and isinstance(result, torch.Tensor):
+            flat = [x for arg in (*args, *kwargs.values()) for x in (arg if isinstance(arg, (list, tuple)) else [arg])]
+            with_head_dim = [x for x in flat if isinstance(x, torch.Tensor) and self.head_dim in x.shape]
+            if len(with_head_dim) >= 2 and self.head_dim not in result.shape:
+                self.products += 1
+                self.elements += result.numel()
+        return result
+
+
+def causal_scores_needed(batch, n_q_heads, seq_len, block_m, block_n):
+    """The scores a causal walk computes: each query tile's rows against every key tile up to
+    its diagonal, the last of those counted whole (block_n keys, but none past seq_len)."""
+    total = 0
+    for q_start in range(0, seq_len, block_m):
+        q_end = min(q_start + block_m, seq_len)
+        key_tiles = -(-q_end // block_n)  # ceil(q_end / block_n): the tiles holding keys 0 .. q_end - 1
+        total += (q_end - q_start) * min(key_tiles * block_n, seq_len)
+    return batch * n_q_heads * total
+
+
+@pytest.mark.points(4)
+@pytest.mark.timeout(60)
+def test_tiled_causal_skips_future_key_tiles(seed):
+    # A causal query tile must skip the key tiles past its diagonal, not mask
+    # them: masking gives the right answer for about twice the work. Count the
+    # scores computed. head_dim 24 is no other size of the case, so only the
+    # score products (q_tile @ k_tile^T) are counted, never P @ V.
+    batch, n_q_heads, seq_len, head_dim, block_m, block_n = 1, 2, 50, 24, 16, 8
+    q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=1, seq_len=seq_len, head_dim=head_dim,
+                         seed=seed, device="cpu")
+    with ScoreProducts(head_dim) as counted:
+        out = gqa_flash.tiled_attention(q, k, v, causal=True, block_m=block_m, block_n=block_n)
+    assert counted.products > 0, (
+        "no tile of scores was computed with a matrix product: compute each one as q_tile @ k_tile^T "
+        "(the @ operator or torch.matmul), as the kernel will with tl.dot")
+    needed = causal_scores_needed(batch, n_q_heads, seq_len, block_m, block_n)
+    assert counted.elements <= needed, (
+        f"the causal walk computed {counted.elements} score elements where it needs {needed} "
+        f"(every key tile would be {batch * n_q_heads * seq_len * seq_len}), with block_m={block_m}, "
+        f"block_n={block_n}, seq_len={seq_len}: key tiles past the diagonal must be skipped, not masked")
+    assert_attention_matches(out, q, k, v, causal=True, sm_scale=None, return_lse=False,
+                             context=case_context(seed, q, k, True, f"block_m={block_m}, block_n={block_n}"))

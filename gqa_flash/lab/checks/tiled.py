@@ -3,13 +3,15 @@
 One check runs tiled_attention on five cases that each isolate a part and
 compares O and the LSE with the float64 reference. A wrong answer is replayed
 against the usual bugs of the walk (:func:`tiled64`, the same walk in float64
-with one bug switched on). A right answer must also be cheap: the causal walk
-must skip the key tiles past the diagonal, which :class:`_CountScoreTiles`
-counts. Notebook 04's error-map gallery replays the kernel's bugs with
-:func:`tiled64` too.
+with one bug switched on), and the first bug that gives the same wrong answer
+names the part to look at. A right answer must also be cheap: the causal walk
+must skip the key tiles past the diagonal, which :class:`_ScoreProducts`
+checks by counting the scores computed (as the graded test does). Notebook
+04's error-map gallery replays the kernel's bugs with :func:`tiled64` too.
 """
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from gqa_flash import api, testing
 from gqa_flash.lab.checks.cases import LOG2E, Case, kv_index, where_attention
@@ -47,7 +49,7 @@ def tiled64(q, k, v, causal, sm_scale, block_m, block_n, bug=None):
             k_end = min(k_start + block_n, kv_end)
             k_idx = torch.arange(k_start, k_end)
             s = (q[:, :, q_start:q_end] @ k[:, :, k_start:k_end].transpose(-1, -2)) * sm_scale
-            if causal and bug != "mask_none":
+            if causal and bug != "mask_none" and k_idx[-1] > q_idx[0]:  # only tiles crossing the diagonal
                 if bug == "mask_diag":
                     hide = k_idx[None, :] >= q_idx[:, None]
                 elif bug == "mask_past":
@@ -55,7 +57,7 @@ def tiled64(q, k, v, causal, sm_scale, block_m, block_n, bug=None):
                 else:
                     hide = k_idx[None, :] > q_idx[:, None]
                 s = s.masked_fill(hide, float("-inf"))
-            m_new = torch.maximum(m_i, s.amax(dim=-1))
+            m_new = s.amax(dim=-1) if bug == "tile_max" else torch.maximum(m_i, s.amax(dim=-1))
             alpha = torch.exp(m_new - m_i) if bug == "alpha_inverted" else torch.exp(m_i - m_new)
             p = torch.exp(s - m_new[..., None])
             l_i = (l_i if bug in ("no_rescale_l", "no_rescale") else alpha * l_i) + p.sum(dim=-1)
@@ -83,61 +85,82 @@ _TILED_CASES = [
          seq_len=29, head_dim=32, dtype=torch.float16, block_m=8, block_n=16, seed=4),
 ]
 
-# (part, the bug of tiled64 that replays the mistake, what to tell the student)
+# The case whose work is counted: its head dim (24) is no other size of the case
+# (batch, heads, tiles, length), so a product that contracts it is a tile of scores.
+_WORK_CASE = Case("causal, length 50, head_dim 24", 2, n_q_heads=2, n_kv_heads=1, seq_len=50, head_dim=24,
+                  block_m=16, block_n=8, seed=5)
+
+# (part, the bug of tiled64 that replays the mistake, what to tell the student).
+# Each says what is wrong, in words: the fix is yours to write.
 _TILED_MISTAKES = [
-    (1, "kv_mod", "% instead of //: query head h reads KV head h // (n_q_heads // n_kv_heads)"),
-    (2, "skip_diagonal", "the key loop stops before the diagonal: a causal query tile must visit keys up to "
-                         "q_end (its own rows included): kv_end = q_end"),
-    (2, "causal_end_always", "without the causal mask every query sees every key: kv_end = seq_len when "
-                             "causal is False"),
+    (1, "kv_mod", "query heads are dealt to the KV heads in turn (a remainder); a group of consecutive "
+                  "query heads must share one KV head"),
+    (2, "skip_diagonal", "the causal key loop stops before the diagonal: a query tile must also visit the key "
+                         "tile(s) holding its own rows' keys"),
+    (2, "causal_end_always", "the key loop stops at the diagonal even without the causal mask: then every "
+                             "query sees every key"),
     (3, "mask_none", "the causal mask is not applied on the tiles that cross the diagonal"),
-    (3, "mask_diag", "mask off by one: key j == query i (the diagonal) stays visible: hide k_idx > q_idx, not >="),
-    (3, "mask_past", "the mask is transposed: hide the future, k_idx[j] > q_idx[i]"),
-    (4, "no_rescale", "missing rescale: when the maximum rises, multiply l_i and acc by alpha = exp(m_i - m_new)"),
-    (4, "no_rescale_acc", "missing rescale of acc: acc = alpha * acc + p @ v_tile"),
-    (4, "no_rescale_l", "missing rescale of l_i: l_i = alpha * l_i + rowsum(p)"),
-    (4, "alpha_inverted", "alpha is inverted: exp(m_i - m_new) (<= 1) shrinks the old state"),
-    (4, "m_not_updated", "m_i is never updated: set m_i = m_new after each tile"),
-    (5, "no_normalise", "O is not normalised: divide acc by l_i once, at the end"),
+    (3, "mask_diag", "mask off by one: it hides the diagonal too; a query's own key must stay visible"),
+    (3, "mask_past", "the mask is the wrong way round: it hides the past instead of the future"),
+    (4, "no_rescale", "missing rescale: when the running max rises, the old l and acc must both be brought "
+                      "to the new max"),
+    (4, "no_rescale_acc", "acc is not rescaled when the running max rises (l is)"),
+    (4, "no_rescale_l", "l is not rescaled when the running max rises (acc is)"),
+    (4, "alpha_inverted", "the rescale factor is inverted: moving the old sums to a larger max must shrink "
+                          "them (a factor <= 1), not grow them"),
+    (4, "m_not_updated", "the running max never changes: the new max must be returned by the step and "
+                         "carried to the next tile"),
+    (4, "tile_max", "the new max is this tile's max alone, not the larger of it and the running max: a row "
+                    "that sees none of a tile's keys gets NaN"),
+    (5, "no_normalise", "O is not normalised: the accumulator must be divided by the running sum, once, "
+                        "at the end"),
 ]
 _TILED_LSE_MISTAKES = [
-    (5, "lse_m", "the LSE is missing log(l_i): LSE = m_i + log(l_i)"),
-    (5, "lse_log_l", "the LSE is missing m_i: LSE = m_i + log(l_i)"),
-    (5, "lse_log2", "the LSE is in base 2: use the natural log, m_i + log(l_i)"),
-    (5, "lse_log2_l", "log(l_i) must be the natural log: torch.log, not torch.log2"),
+    (5, "lse_m", "the LSE is missing the log of the running sum: it is the max plus that log"),
+    (5, "lse_log_l", "the LSE is missing the running max: it is the max plus the log of the running sum"),
+    (5, "lse_log2", "the LSE is in base 2; the course's LSE is the natural log"),
+    (5, "lse_log2_l", "the log of the running sum is in base 2; it must be the natural log"),
 ]
 
+# torch's matrix products, by name: the @ operator, torch.matmul and its
+# relatives as functions and as Tensor methods, einsum, tensordot and F.linear.
+_PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "tensordot",
+             "linear", "inner"}
 
-class _CountScoreTiles:
-    """Count the score products ``q_tile @ k_tile^T`` (one per key tile visited) while active."""
+
+class _ScoreProducts(TorchFunctionMode):
+    """While active, count the scores computed: every matrix product that contracts the head dim.
+
+    A tile of scores, q_tile @ k_tile^T, takes two operands that carry the
+    head dim and returns a result that does not; P @ V keeps the head dim, so
+    it is not counted. ``products`` counts such products, ``elements`` sums
+    their sizes. (The same count as tests/graded/test_tiled.py's.)
+    """
 
     def __init__(self, head_dim: int):
-        self.head_dim, self.count = head_dim, 0
+        super().__init__()
+        self.head_dim, self.products, self.elements = head_dim, 0, 0
 
-    def __enter__(self):
-        self._orig = torch.Tensor.__matmul__
-        counter = self
-
-        def counting(a, b):
-            if (isinstance(b, torch.Tensor) and a.dim() >= 2 and b.dim() >= 2
-                    and a.shape[-1] == counter.head_dim and b.shape[-2] == counter.head_dim):
-                counter.count += 1
-            return counter._orig(a, b)
-
-        torch.Tensor.__matmul__ = counting
-        return self
-
-    def __exit__(self, *exc):
-        torch.Tensor.__matmul__ = self._orig
-        return False
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if getattr(func, "__name__", "") in _PRODUCTS and isinstance(result, torch.Tensor):
+            flat = [x for arg in (*args, *kwargs.values()) for x in (arg if isinstance(arg, (list, tuple)) else [arg])]
+            with_head_dim = [x for x in flat if isinstance(x, torch.Tensor) and self.head_dim in x.shape]
+            if len(with_head_dim) >= 2 and self.head_dim not in result.shape:
+                self.products += 1
+                self.elements += result.numel()
+        return result
 
 
-def _tiles_visited(seq_len, block_m, block_n, causal):
+def _scores_computed(case: Case, causal: bool) -> int:
+    """The score elements of a walk over the case's tiles, each key tile counted whole (up to seq_len)."""
     total = 0
-    for q_start in range(0, seq_len, block_m):
-        kv_end = min(q_start + block_m, seq_len) if causal else seq_len
-        total += -(-kv_end // block_n)
-    return total
+    for q_start in range(0, case.seq_len, case.block_m):
+        q_end = min(q_start + case.block_m, case.seq_len)
+        kv_end = q_end if causal else case.seq_len
+        total += (q_end - q_start) * min(-(-kv_end // case.block_n) * case.block_n, case.seq_len)
+    return case.batch * case.n_q_heads * total
 
 
 def _check_answers(case: Case):
@@ -179,28 +202,33 @@ def _check_answers(case: Case):
 
 
 def _check_work(case: Case):
-    """A causal query tile must skip the key tiles past the diagonal: count the ones it visits."""
+    """A causal query tile must skip the key tiles past the diagonal: count the scores it computes."""
     q, k, v = case.qkv()
-    with _CountScoreTiles(case.head_dim) as counter:
+    with _ScoreProducts(case.head_dim) as counter:
         run_student("tiled", api.tiled_attention, q, k, v, causal=True, block_m=case.block_m,
                     block_n=case.block_n, part=2)
-    expected = _tiles_visited(case.seq_len, case.block_m, case.block_n, True)
-    if counter.count != expected:
-        full = _tiles_visited(case.seq_len, case.block_m, case.block_n, False)
-        cause = ("the causal key loop runs past the diagonal: the answer is right (the mask hides those keys) "
-                 "but the work is not halved; stop at kv_end = q_end") if counter.count >= full else None
-        raise Stop(fail("tiled", 2, f"visits {counter.count} key tiles; a causal walk visits {expected}",
-                        where=f"case \"{case.name}\", block_m {case.block_m}, block_n {case.block_n}",
-                        cause=cause))
+    where = f"case \"{case.name}\", block_m {case.block_m}, block_n {case.block_n}"
+    if counter.products == 0:
+        raise Stop(fail("tiled", 2, "no tile of scores was computed with a matrix product", where=where,
+                        hint="compute each tile of scores as a product of the query tile and the key tile's "
+                             "transpose (the @ operator), as the kernel will with tl.dot"))
+    needed, everything = _scores_computed(case, causal=True), _scores_computed(case, causal=False)
+    if counter.elements > needed:
+        cause = ("the causal key loop walks every key tile: the answer is right (the mask hides the future) "
+                 "but the work is not halved; key tiles past the diagonal must be skipped, not masked"
+                 if counter.elements >= everything else
+                 "some key tiles past the diagonal are computed; they must be skipped, not masked")
+        raise Stop(fail("tiled", 2, f"computes {counter.elements} scores where a causal walk needs {needed}",
+                        where=where, cause=cause))
 
 
 @prints_verdict
 def check_tiled():
-    """tiled.py, Parts 1-5: cases that each isolate a part, then the count of key tiles visited."""
+    """tiled.py, Parts 1-5: cases that each isolate a part, then the count of scores the causal walk computes."""
     load("tiled")
     for case in _TILED_CASES:
         _check_answers(case)
-    _check_work(_TILED_CASES[1])  # right answers; now the work
+    _check_work(_WORK_CASE)  # right answers; now the work
     return Verdict(True, what("tiled", (1, 5)),
                    f"O and LSE match the float64 reference in {len(_TILED_CASES)} cases "
                    "(MHA, GQA, MQA; causal and not; ragged; fp16), and the causal walk skips the future tiles")

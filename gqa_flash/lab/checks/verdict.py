@@ -28,12 +28,13 @@ PARTS = {
     "online_softmax": {1: "block_state", 2: "merge_states", 3: "online_softmax"},
     "tiled": {
         1: "GQA head mapping",
-        2: "which key tiles to visit",
+        2: "the tile walk and where the causal loop stops",
         3: "causal mask on the diagonal tiles",
         4: "online-softmax update",
         5: "epilogue: O and LSE",
     },
-    "forward": {1: "_kv_head_index", 2: "_online_softmax_update", 3: "_mask_scores", 4: "_epilogue"},
+    "forward": {1: "_program_ids", 2: "_load_tile", 3: "_key_loop", 4: "_online_softmax_update",
+                5: "_mask_scores", 6: "_epilogue"},
     "backward": {1: "D = rowsum(dO * O)", 2: "dK and dV", 3: "the GQA sum", 4: "dQ"},
 }
 BONUS = ("backward",)  # files beyond the 100 points (notebook 06)
