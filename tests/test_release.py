@@ -1,5 +1,6 @@
 """The single-sourced solutions: release writes the stubs, --check catches drift, bad markers are errors."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -91,3 +92,53 @@ def test_check_reports_drift(tmp_path):
     assert release.main(["--check", "--solutions", str(sol), "--out", str(stu)]) == 1
     (sol / "bad.py").write_text(src("{B1}\n{BEGIN}\n"))
     assert release.main(["--solutions", str(sol), "--out", str(stu)]) == 2
+
+
+# --- What the student writes, and what the student can read -----------------------------------------
+
+# The course asks for the kernel, not for a few lines inside one: floors on the solution regions' code.
+MIN_SOLUTION_LINES = {"forward.py": 45, "tiled.py": 25}
+
+# Files that hold whole kernels on purpose: the fast kernels (the course's fully written reference
+# kernels, explained in notebook 05) and the float64 reference every check compares with.
+PUBLISHED_REFERENCES = {"gqa_flash/fast/forward.py", "gqa_flash/fast/backward.py", "gqa_flash/reference.py"}
+SHORT = 24  # lines shorter than this ("else:", "return s") say nothing about a solution
+
+
+def test_the_student_writes_the_kernel():
+    for name, floor in MIN_SOLUTION_LINES.items():
+        lines = release.solution_lines((release.SOLUTIONS_DIR / name).read_text())
+        count = sum(len(v) for v in lines.values())
+        assert count >= floor, f"solutions/{name}: {count} lines of code in the solution regions, fewer than {floor}"
+
+
+def _student_readable_texts():
+    """Everything in the package and the notebooks a student reads, as {path: text} (notebooks: sources and
+    outputs), except the published reference kernels."""
+    texts = {}
+    for path in sorted(layout.PACKAGE_DIR.rglob("*.py")):
+        rel = path.relative_to(layout.COURSE_DIR).as_posix()
+        if rel not in PUBLISHED_REFERENCES:
+            texts[rel] = path.read_text()
+    for path in sorted(layout.NOTEBOOKS_DIR.glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        parts = ["".join(c["source"]) for c in cells]
+        for c in cells:
+            for out in c.get("outputs", []):
+                parts.append("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", "")))
+        texts[path.relative_to(layout.COURSE_DIR).as_posix()] = "\n".join(parts)
+    return texts
+
+
+def test_no_solution_line_can_be_read_by_a_student():
+    texts = _student_readable_texts()
+    given = "\n".join(release.student_text(p) for p in sorted(release.SOLUTIONS_DIR.glob("*.py")))
+    leaks = []
+    for solution in sorted(release.SOLUTIONS_DIR.glob("*.py")):
+        for part, lines in release.solution_lines(solution.read_text()).items():
+            for line in lines:
+                if len(line) < SHORT or line in given:  # short, or handed out anyway outside the regions
+                    continue
+                leaks += [f"{where}: {solution.name} Part {part}: {line!r}" for where, text in texts.items()
+                          if line in text]
+    assert not leaks, "solution lines a student can read:\n" + "\n".join(leaks)

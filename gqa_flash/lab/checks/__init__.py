@@ -26,7 +26,8 @@ One module per lesson:
     softmax.py        notebook 02: online_softmax.py
     tiled.py          notebook 03: tiled.py
     probes.py         notebook 04: tiny kernels that call one helper of forward.py
-    kernel_parts.py   notebook 04: forward.py's four parts, each alone
+    kernel_walk.py    notebook 04: forward.py Parts 1-3 (ids, tile loads, the key loop)
+    kernel_parts.py   notebook 04: forward.py Parts 4-6 (update, mask, epilogue), each alone
     kernel.py         notebook 04: the whole kernel, and its error map
     backward.py       notebook 06 (bonus): backward.py
 
@@ -38,9 +39,8 @@ from gqa_flash.lab.checks.backward import check_backward, check_delta, check_dkd
 from gqa_flash.lab.checks.kernel import (
     KERNEL_BUGS, ErrorMap, check_forward, forward_error_map, kernel_config, simulated_error_map,
 )
-from gqa_flash.lab.checks.kernel_parts import (
-    check_epilogue, check_kv_head_index, check_mask_scores, check_online_softmax_update,
-)
+from gqa_flash.lab.checks.kernel_parts import check_epilogue, check_mask_scores, check_online_softmax_update
+from gqa_flash.lab.checks.kernel_walk import check_key_loop, check_load_tile, check_program_ids
 from gqa_flash.lab.checks.naive import check_naive
 from gqa_flash.lab.checks.softmax import check_block_state, check_merge_states, check_online_softmax
 from gqa_flash.lab.checks.tiled import check_tiled
@@ -81,7 +81,9 @@ __all__ = [
     "check_merge_states",
     "check_online_softmax",
     "check_tiled",
-    "check_kv_head_index",
+    "check_program_ids",
+    "check_load_tile",
+    "check_key_loop",
     "check_online_softmax_update",
     "check_mask_scores",
     "check_epilogue",

@@ -134,14 +134,15 @@ _MISTAKES = {
                             "query head of the group is kv_head_idx * group_size + h, even with MHA"),
     ],
     3: [
-        ("group_placeholder", "the placeholder is still there: q_head_idx = kv_head_idx adds one query head "
-                              "group_size times; the h-th head of the group is kv_head_idx * group_size + h"),
-        ("group_first", "only the group's first query head is added (group_size times): "
-                        "q_head_idx = kv_head_idx * group_size + h"),
-        ("group_mod", "the query heads of a group are consecutive (forward Part 1: q_head // group_size), not "
-                      "dealt out in turn: q_head_idx = kv_head_idx * group_size + h, not h * N_KV_HEADS + kv_head_idx"),
+        ("group_placeholder", "the placeholder is still there: one query head is added group_size times; "
+                              "the h-th head of KV head g's group is g times the group size, plus h"),
+        ("group_first", "only the group's first query head is added (group_size times): the h-th head of KV "
+                        "head g's group is g times the group size, plus h"),
+        ("group_mod", "the query heads of a group are consecutive (forward Part 1), not dealt out in turn: the "
+                      "h-th head of KV head g's group is g times the group size plus h, not h times N_KV_HEADS "
+                      "plus g"),
         ("group_no_offset", "every KV head adds up query heads 0..group_size-1: start at its own group, "
-                            "q_head_idx = kv_head_idx * group_size + h"),
+                            "g times the group size"),
     ],
     4: [
         ("no_mask", "the causal mask is missing from P: zero p where offs_n[None, :] > offs_m[:, None], "

@@ -1,6 +1,6 @@
 """Notebook 04: the whole forward kernel, its check and its error map.
 
-* :func:`check_forward` runs the four parts' checks (kernel_parts.py), then
+* :func:`check_forward` runs the six parts' checks (kernel_parts.py), then
   the kernel on four cases (GQA, MQA, MHA; causal and not; ragged; half
   precision; head dim 80; strided and [B, N, H, D] layouts), and says which
   query head, query block and key block is wrong first.
@@ -130,6 +130,10 @@ def forward_error_map() -> ErrorMap:
     cfg = kernel_config()
     empty = ErrorMap(None, None, [kv_of(h, case) for h in range(case.n_q_heads)], [None] * case.n_q_heads,
                      cfg["BLOCK_M"], cfg["BLOCK_N"], case.seq_len, case.causal, tol(case.dtype)["atol"])
+    unsafe = _unsafe_part([check.verdict() for check in PART_CHECKS])
+    if unsafe is not None:
+        empty.message = _not_run(unsafe)
+        return empty
     try:
         fwd = load("forward")
         q, k, v, n_kb, result = _run_kernel(fwd, case)
@@ -145,9 +149,9 @@ def forward_error_map() -> ErrorMap:
 KERNEL_BUGS = {
     None: "right",
     "kv_mod": "Part 1: % instead of //",
-    "no_rescale_acc": "Part 2: acc not rescaled",
-    "exp": "Part 2: exp instead of exp2",
-    "mask_diag": "Part 3: mask off by one",
+    "no_rescale_acc": "Part 4: acc not rescaled",
+    "exp": "Part 4: exp instead of exp2",
+    "mask_diag": "Part 5: mask off by one",
 }
 """Known kernel bugs that :func:`simulated_error_map` can replay."""
 
@@ -192,13 +196,31 @@ def _where_kernel(case: Case, problem, got, ref, n_kb) -> str:
     return where + f", row {row} of the block (sequence position {i})"
 
 
+# The parts that compute addresses: while one of them is wrong, the kernel may read or write outside
+# its tensors, which on a CPU can crash the Python process (the notebook's kernel dies). Part numbers.
+_ADDRESS_PARTS = (1, 2, 6)
+
+
+def _unsafe_part(part_verdicts):
+    """The first failing verdict among the address parts, or None."""
+    return next((v for i, v in enumerate(part_verdicts, start=1) if i in _ADDRESS_PARTS and not v.ok), None)
+
+
+def _not_run(verdict) -> str:
+    return (f"the whole kernel is not run until {verdict.what} passes: it computes addresses, and a wrong "
+            "address can read or write outside the tensors (on a CPU that can crash Python)")
+
+
 @prints_verdict
 def check_forward(part_verdicts=None):
-    """forward.py, the whole kernel: its four parts first, then the kernel on four cases."""
+    """forward.py, the whole kernel: its six parts first, then the kernel on four cases."""
     fwd = load("forward")
     if part_verdicts is None:
         part_verdicts = [check.verdict() for check in PART_CHECKS]
     broken = next((v for v in part_verdicts if not v.ok), None)
+    unsafe = _unsafe_part(part_verdicts)
+    if unsafe is not None:
+        return fail("forward", None, "not run yet", cause=_not_run(unsafe))
     for case in _forward_cases():
         q, k, v, n_kb, result = _run_kernel(fwd, case)
         out, lse = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
@@ -216,7 +238,7 @@ def check_forward(part_verdicts=None):
         if broken is not None:
             cause = f"{broken.what} fails its own check above: {broken.cause or broken.message}"
         else:
-            cause = ("the four parts pass on their own, so look at what changed around them in the kernel "
+            cause = ("the six parts pass on their own, so look at what changed around them in the kernel "
                      "(the loads, the loops, the pointers)")
         return fail("forward", None, f"{what} of the kernel does not match the float64 reference",
                     where=_where_kernel(case, problem, out.detach().to("cpu", torch.float64), ref, n_kb), cause=cause)

@@ -1,13 +1,14 @@
-"""Notebook 04: the checks of forward.py's four parts, each alone, through its probe.
+"""Notebook 04: the checks of forward.py's Parts 4-6, each alone, through its probe.
 
-* Part 1, :func:`check_kv_head_index`: query head -> KV head, for every head
-  of five layouts;
-* Part 2, :func:`check_online_softmax_update`: one online-softmax step on
+(Parts 1-3, the program's coordinates, the tile loads and the key loop, are
+checked in kernel_walk.py.)
+
+* Part 4, :func:`check_online_softmax_update`: one online-softmax step on
   chosen tiles (the first tile, rising and steady maxima, masked rows);
-* Part 3, :func:`check_mask_scores`: the mask on every block of a ragged
+* Part 5, :func:`check_mask_scores`: the mask on every block of a ragged
   sequence, causal and not;
-* Part 4, :func:`check_epilogue`: normalise, store O and the LSE, and write
-  nothing else.
+* Part 6, :func:`check_epilogue`: normalise, store O and the LSE in the right
+  batch and head, and write nothing else.
 
 Each launches a probe (probes.py) and compares what your helper returned with
 a float64 replay; on a wrong answer the replay runs again with each of the
@@ -21,52 +22,11 @@ import triton
 
 from gqa_flash import testing
 from gqa_flash.lab.checks.cases import LN2
+from gqa_flash.lab.checks.kernel_walk import check_key_loop, check_load_tile, check_program_ids
 from gqa_flash.lab.checks.probes import dev, forward_parts, launch
 from gqa_flash.lab.checks.verdict import Verdict, at, fail, first_cause, fmt, matches, prints_verdict, tol, what
 
-# --- Part 1 ------------------------------------------------------------------
-
-_KV_CONFIGS = [(8, 2), (6, 3), (32, 8), (4, 4), (4, 1)]
-
-
-def _kv_head_cause(got, n_q, n_kv, h):
-    h_ = torch.arange(n_q)
-    if all(g == 0 for g in got):
-        return "the placeholder is still there: every query head reads KV head 0"
-    if got == (h_ % n_kv).tolist():
-        return ("% instead of //: consecutive query heads share a KV head (heads 0..group_size-1 read KV "
-                "head 0), so divide by the group size; % deals them out in turn")
-    if got == (h_ // n_kv).tolist():
-        return "divided by N_KV_HEADS: divide by the group size, N_Q_HEADS // N_KV_HEADS"
-    if got == h_.tolist():
-        return "returns the query head itself (right only for MHA, where the group size is 1)"
-    if not 0 <= got[h] < n_kv:
-        return f"KV head {got[h]} does not exist: there are {n_kv}"
-    return None
-
-
-@prints_verdict
-def check_kv_head_index():
-    """forward.py Part 1, alone: query head -> KV head, probed for every head of five layouts."""
-    fwd, probes = forward_parts()
-    for n_q, n_kv in _KV_CONFIGS:
-        out = torch.full((n_q,), -1, dtype=torch.int32, device=dev())
-        launch(1, probes["kv_head_index"], (n_q,), out, n_q, n_kv)
-        got = out.cpu().tolist()
-        group = n_q // n_kv
-        want = [h // group for h in range(n_q)]
-        if got == want:
-            continue
-        h = next(i for i in range(n_q) if got[i] != want[i])
-        return fail("forward", 1, "maps a query head to the wrong KV head",
-                    where=f"{n_q} query heads on {n_kv} KV heads (group size {group}): query head {h} "
-                          f"got KV head {got[h]}, expected {want[h]}",
-                    cause=_kv_head_cause(got, n_q, n_kv, h))
-    return Verdict(True, what("forward", 1), f"every query head finds its KV head in {len(_KV_CONFIGS)} "
-                   "layouts (GQA 8:2, 6:3, 32:8; MHA; MQA)")
-
-
-# --- Part 2 ------------------------------------------------------------------
+# --- Part 4 ------------------------------------------------------------------
 
 _UPD = dict(BLOCK_M=16, BLOCK_N=16, HEAD_DIM=16)
 _STATE = ("acc", "l", "m")
@@ -110,29 +70,33 @@ def _update64(c, bug=None):
 
 
 _UPDATE_MISTAKES = [
-    ("exp", "exp instead of exp2: the scores are already in log2 units (log2(e) is folded into qk_scale), "
-            "so every exponential is tl.exp2"),
-    ("no_rescale", "missing rescale: multiply both l_i and acc by alpha = exp2(m_i - m_new)"),
-    ("no_rescale_acc", "missing rescale of acc: acc = acc * alpha[:, None] + p @ v"),
-    ("no_rescale_l", "missing rescale of l_i: l_i = l_i * alpha + tl.sum(p, 1)"),
-    ("alpha_inverted", "alpha is inverted: exp2(m_i - m_new) (<= 1) shrinks the old state"),
-    ("m_unchanged", "returns the old maximum: return m_new, the new running max"),
-    ("m_from_tile", "m_new must be the larger of m_i and the tile's row maxima: "
-                    "tl.maximum(m_i, tl.max(s, 1)); the running max never goes down"),
-    ("p_unshifted", "p = exp2(s - m_new[:, None]): subtract the new maximum before exp2"),
+    ("exp", "e^x instead of 2^x: the scores are already in log2 units (log2(e) is folded into qk_scale), "
+            "so every exponential here is a power of 2"),
+    ("no_rescale", "the old state is not rescaled: when the running max grows, both l_i and acc must shrink "
+                   "by 2^(old max - new max)"),
+    ("no_rescale_acc", "acc is not rescaled: it must shrink by the same factor as l_i before this tile is added"),
+    ("no_rescale_l", "l_i is not rescaled: it must shrink by the same factor as acc before this tile's sum is "
+                     "added"),
+    ("alpha_inverted", "the rescale factor is inverted: it is 2^(old max - new max), at most 1, so it shrinks "
+                       "the old state"),
+    ("m_unchanged", "the old maximum is returned: return the new running max"),
+    ("m_from_tile", "the new max is this tile's row max alone: it must be the larger of the running max and "
+                    "the tile's row maxima, since the running max never goes down"),
+    ("p_unshifted", "the probabilities are not shifted: subtract the new row max from the scores before "
+                    "taking the power of 2"),
 ]
 
 
 @prints_verdict
 def check_online_softmax_update():
-    """forward.py Part 2, alone: one online-softmax step on chosen tiles."""
+    """forward.py Part 4, alone: one online-softmax step on chosen tiles."""
     fwd, probes = forward_parts()
     bm, d = _UPD["BLOCK_M"], _UPD["HEAD_DIM"]
     for name, c in _update_cases():
         outs = dict(acc=torch.full((bm, d), float("nan"), device=dev()),
                     l=torch.full((bm,), float("nan"), device=dev()), m=torch.full((bm,), float("nan"), device=dev()))
         precision = "ieee" if c["v"].dtype == torch.float32 else "tf32"
-        launch(2, probes["online_softmax_update"], (1,),
+        launch(4, probes["online_softmax_update"], (1,),
                c["acc"].to(dev()), c["l"].to(dev()), c["m"].to(dev()), c["s"].to(dev()), c["v"].to(dev()),
                outs["acc"], outs["l"], outs["m"], INPUT_PRECISION=precision, **_UPD)
         got = {k: outs[k].cpu() for k in _STATE}
@@ -148,13 +112,13 @@ def check_online_softmax_update():
         else:
             cause = first_cause(state, [(text, (lambda bug=bug: _update64(c, bug))) for bug, text in _UPDATE_MISTAKES],
                                 **tol(c["v"].dtype))
-        return fail("forward", 2, "the new state (acc, l_i, m_i) does not match the float64 reference",
+        return fail("forward", 4, "the new state (acc, l_i, m_i) does not match the float64 reference",
                     where=f"case \"{name}\": {problem.what}, {at(problem)}", cause=cause)
-    return Verdict(True, what("forward", 2), "the new state matches the float64 reference: first tile, "
+    return Verdict(True, what("forward", 4), "the new state matches the float64 reference: first tile, "
                    "rising and steady maxima, fully masked rows, fp16 values")
 
 
-# --- Part 3 ------------------------------------------------------------------
+# --- Part 5 ------------------------------------------------------------------
 
 _MASK = dict(BLOCK_M=32, BLOCK_N=16)
 _MASK_SEQ_LEN = 40
@@ -175,20 +139,19 @@ def _mask64(s, seq_len, causal, bug=None):
 
 
 _MASK_MISTAKES = [
-    ("diag", "mask off by one: the diagonal key (offs_n == offs_m) must stay visible: offs_n <= offs_m, not <"),
-    ("plus_one", "mask off by one: key offs_m + 1 is in the future: visible means offs_n <= offs_m"),
-    ("transposed", "the mask is transposed: a row offs_m sees keys offs_n <= offs_m, "
-                   "so compare offs_n[None, :] <= offs_m[:, None]"),
+    ("diag", "mask off by one: a row's own key (the diagonal) must stay visible"),
+    ("plus_one", "mask off by one: the key just after a row's own is already in its future"),
+    ("transposed", "the mask is transposed: a row sees the keys at or before its own position, not after"),
     ("no_tail", "keys past SEQ_LEN are not masked: the padding keys of the ragged last block were loaded as 0, "
-                "so their score is 0, a real weight; add offs_n < SEQ_LEN"),
-    ("causal_always", "the causal mask is applied when CAUSAL is False: wrap it in `if CAUSAL:`"),
-    ("zero", "masked scores are set to 0, not -inf: exp2(0) = 1 still gives them weight"),
+                "so their score is 0, a real weight"),
+    ("causal_always", "the causal mask is applied when CAUSAL is False: apply it only under the causal mask"),
+    ("zero", "masked scores are set to 0, not -inf: 2^0 = 1 still gives them weight"),
 ]
 
 
 @prints_verdict
 def check_mask_scores():
-    """forward.py Part 3, alone: the mask applied to every (query block, key block) of a ragged sequence."""
+    """forward.py Part 5, alone: the mask applied to every (query block, key block) of a ragged sequence."""
     fwd, probes = forward_parts()
     bm, bn, n = _MASK["BLOCK_M"], _MASK["BLOCK_N"], _MASK_SEQ_LEN
     size = max(triton.cdiv(n, bm) * bm, triton.cdiv(n, bn) * bn)
@@ -198,7 +161,7 @@ def check_mask_scores():
     for causal in (True, False):
         name = f"{'causal' if causal else 'no causal mask'}, SEQ_LEN {n}, BLOCK_M {bm}, BLOCK_N {bn}"
         out = torch.full((size, size), float("nan"), device=dev())
-        launch(3, probes["mask_scores"], (triton.cdiv(n, bm), triton.cdiv(n, bn)), s.to(dev()), out, n, size,
+        launch(5, probes["mask_scores"], (triton.cdiv(n, bm), triton.cdiv(n, bn)), s.to(dev()), out, n, size,
                CAUSAL=causal, **_MASK)
         got = out.cpu()[:n, :cols]  # rows past SEQ_LEN are never stored: not compared
         problem = testing.mismatch("scores", got, _mask64(s, n, causal)[:n, :cols], labels=("row", "key"),
@@ -213,11 +176,11 @@ def check_mask_scores():
         i, j = problem.index
         seen = "masked (-inf)" if math.isinf(problem.got) and problem.got < 0 else f"{fmt(problem.got)}"
         expected = "masked (-inf)" if math.isinf(problem.expected) else "visible (the score unchanged)"
-        return fail("forward", 3, "masks the wrong scores",
+        return fail("forward", 5, "masks the wrong scores",
                     where=f"case \"{name}\": query row {i} (query block {i // bm}), key {j} (key block {j // bn}): "
                           f"got {seen}, expected {expected}",
                     cause=cause)
-    return Verdict(True, what("forward", 3), "the causal mask and the ragged tail are right, "
+    return Verdict(True, what("forward", 5), "the causal mask and the ragged tail are right, "
                    "on every block of a ragged sequence, causal and not")
 
 
@@ -247,34 +210,50 @@ def _epilogue64(acc, l, m, bug=None):
 
 
 _EPILOGUE_MISTAKES = [
-    ("no_normalise", "o is not normalised: o = acc / l_i[:, None]"),
-    ("lse_log2", "the LSE is in log2 units: multiply m_i + log2(l_i) by ln(2) to get the natural log"),
-    ("lse_mixed", "m_i is in log2 units but log(l_i) is natural: LSE = (m_i + tl.log2(l_i)) * ln(2)"),
-    ("lse_m", "the LSE is missing log2(l_i): LSE = (m_i + tl.log2(l_i)) * ln(2)"),
-    ("lse_no_m", "the LSE is missing m_i: LSE = (m_i + tl.log2(l_i)) * ln(2)"),
+    ("no_normalise", "o is not normalised: divide the accumulator by the row sums l_i, once, here"),
+    ("lse_log2", "the LSE is in log2 units: the backward pass wants the natural log (multiply by ln 2)"),
+    ("lse_mixed", "m_i is in log2 units but l_i's log is natural: take both in base 2, then convert the sum"),
+    ("lse_m", "the LSE is missing the log of l_i: it is the running max plus the log of the row sum"),
+    ("lse_no_m", "the LSE is missing the running max m_i: it is the running max plus the log of the row sum"),
 ]
+
+
+_EPI_SLOT = (1, 2)  # the probe writes batch 1, head 2 of a [2, 3, BLOCK_M, HEAD_DIM_PAD] buffer
 
 
 @prints_verdict
 def check_epilogue():
-    """forward.py Part 4, alone: normalise, store O and the LSE, and nothing else."""
+    """forward.py Part 6, alone: normalise; store O and the LSE in their batch and head, and nothing else."""
     fwd, probes = forward_parts()
     bm, dp = _EPI["BLOCK_M"], _EPI["HEAD_DIM_PAD"]
     n, d = _EPI_SEQ_LEN, _EPI_HEAD_DIM
+    b, h = _EPI_SLOT
     acc, l, m = _epilogue_inputs()
     for dtype in (torch.float32, torch.float16):
-        name = f"O in {str(dtype).replace('torch.', '')}, {n} real rows of {bm}, head dim {d} padded to {dp}"
-        o = torch.full((bm, dp), _SENTINEL, dtype=dtype, device=dev())
-        lse = torch.full((bm,), _SENTINEL, dtype=torch.float32, device=dev())
-        launch(4, probes["epilogue"], (1,), acc.to(dev()), l.to(dev()), m.to(dev()), o, lse, n, d, dp, **_EPI)
+        name = (f"O in {str(dtype).replace('torch.', '')}, batch {b}, head {h}, {n} real rows of {bm}, "
+                f"head dim {d} padded to {dp}")
+        # Buffers larger than O and LSE: rows past SEQ_LEN and columns past HEAD_DIM exist in them,
+        # holding a sentinel, so a store that should have been masked shows.
+        o = torch.full((2, 3, bm, dp), _SENTINEL, dtype=dtype, device=dev())
+        lse = torch.full((2, 3, bm), _SENTINEL, dtype=torch.float32, device=dev())
+        launch(6, probes["epilogue"], (1,), acc.to(dev()), l.to(dev()), m.to(dev()), o, lse, b, h,
+               *o.stride(), *lse.stride(), n, d, **_EPI)
         o, lse = o.cpu().double(), lse.cpu().double()
         if (o == _SENTINEL).all() and (lse == _SENTINEL).all():
-            return fail("forward", 4, "stores nothing", where=f"case \"{name}\"",
-                        cause="the placeholder is still there: store o and lse with tl.store")
+            return fail("forward", 6, "stores nothing", where=f"case \"{name}\"",
+                        cause="the placeholder is still there: store O and the LSE")
+        mine_o, mine_lse = o[b, h], lse[b, h]
+        others = torch.ones(2, 3, dtype=torch.bool)
+        others[b, h] = False
+        if (mine_o == _SENTINEL).all() and not (o[others] == _SENTINEL).all():
+            bb, hh = (~(o == _SENTINEL).flatten(2).all(-1) & others).nonzero()[0].tolist()
+            return fail("forward", 6, "stores into the wrong batch or head", where=f"case \"{name}\": "
+                        f"wrote batch {bb}, head {hh}",
+                        cause="offset O and the LSE by the batch and the head, each times its own stride")
         # O's real rows and columns, then the LSE's real rows, each against the float64 replay
         for label, pick, real, t, labels in (("O", 0, (slice(n), slice(d)), tol(dtype), ("row", "column")),
                                              ("LSE", 1, (slice(n),), testing.LSE_TOLERANCE, ("row",))):
-            got = (o, lse)[pick][real]
+            got = (mine_o, mine_lse)[pick][real]
             problem = testing.mismatch(label, got, _epilogue64(acc, l, m)[pick][real], labels=labels, **t)
             if problem is None:
                 continue
@@ -282,18 +261,22 @@ def check_epilogue():
                                       for bug, text in _EPILOGUE_MISTAKES], **t)
             if cause is None and (got == _SENTINEL).all():
                 cause = f"{label} is never stored"
-            return fail("forward", 4, f"{label} does not match the float64 reference",
+            return fail("forward", 6, f"{label} does not match the float64 reference",
                         where=f"case \"{name}\": {at(problem)}", cause=cause)
-        if not (o[n:] == _SENTINEL).all() or not (lse[n:] == _SENTINEL).all():
-            return fail("forward", 4, "writes rows past SEQ_LEN", where=f"case \"{name}\"",
-                        cause="mask both stores with row_ok: those rows are not part of O or LSE "
+        if not (mine_o[n:] == _SENTINEL).all() or not (mine_lse[n:] == _SENTINEL).all():
+            return fail("forward", 6, "writes rows past SEQ_LEN", where=f"case \"{name}\"",
+                        cause="mask both stores by row: those rows are not part of O or LSE "
                               "(in the real kernel they belong to the next head, or to no tensor at all)")
-        if not (o[:, d:] == _SENTINEL).all():
-            return fail("forward", 4, "writes the padding columns past HEAD_DIM", where=f"case \"{name}\"",
-                        cause="mask the store of o with row_ok[:, None] & col_ok[None, :]")
-    return Verdict(True, what("forward", 4), "O is normalised and the LSE is in natural log; "
-                   "padding rows and columns are left alone; fp32 and fp16 O")
+        if not (mine_o[:, d:] == _SENTINEL).all():
+            return fail("forward", 6, "writes the padding columns past HEAD_DIM", where=f"case \"{name}\"",
+                        cause="mask the store of O by column too: those columns belong to the next row")
+        if not (o[others] == _SENTINEL).all() or not (lse[others] == _SENTINEL).all():
+            return fail("forward", 6, "also writes into another batch or head", where=f"case \"{name}\"",
+                        cause="offset O and the LSE by the batch and the head, each times its own stride")
+    return Verdict(True, what("forward", 6), "O is normalised and the LSE is in natural log, in their own "
+                   "batch and head; padding rows and columns are left alone; fp32 and fp16 O")
 
 
-# The four parts in order: check_forward runs them before the whole kernel.
-PART_CHECKS = (check_kv_head_index, check_online_softmax_update, check_mask_scores, check_epilogue)
+# The six parts in order: check_forward runs them before the whole kernel.
+PART_CHECKS = (check_program_ids, check_load_tile, check_key_loop, check_online_softmax_update, check_mask_scores,
+               check_epilogue)

@@ -127,7 +127,7 @@ def _merge_cases():
 
 def _merge64(m_a, l_a, m_b, l_b, how="right"):
     m_a, l_a, m_b, l_b = (t.to(torch.float64) for t in (m_a, l_a, m_b, l_b))
-    m = torch.maximum(m_a, m_b)
+    m = torch.maximum(m_b, m_a)
     m0 = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     if how == "no_rescale":
         return m, l_a + l_b

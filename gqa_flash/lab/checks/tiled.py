@@ -36,19 +36,19 @@ def tiled64(q, k, v, causal, sm_scale, block_m, block_n, bug=None):
         q_end = min(q_start + block_m, n)
         q_idx = torch.arange(q_start, q_end)
         m_i = torch.full((batch, n_q_heads, q_end - q_start), float("-inf"), dtype=torch.float64)
-        l_i = torch.zeros_like(m_i)
+        l_i = m_i.new_zeros(m_i.shape)
         acc = torch.zeros(batch, n_q_heads, q_end - q_start, d, dtype=torch.float64)
-        kv_end = q_end if causal else n
+        key_stop = q_end if causal else n
         if bug == "skip_diagonal" and causal:
-            kv_end = q_start
+            key_stop = q_start
         elif bug == "causal_end_always":
-            kv_end = q_end
+            key_stop = q_end
         elif bug == "visit_all":
-            kv_end = n
-        for k_start in range(0, kv_end, block_n):
-            k_end = min(k_start + block_n, kv_end)
-            k_idx = torch.arange(k_start, k_end)
-            s = (q[:, :, q_start:q_end] @ k[:, :, k_start:k_end].transpose(-1, -2)) * sm_scale
+            key_stop = n
+        for key_lo in range(0, key_stop, block_n):
+            key_hi = min(key_lo + block_n, key_stop)
+            k_idx = torch.arange(key_lo, key_hi)
+            s = (q[:, :, q_start:q_end] @ k[:, :, key_lo:key_hi].transpose(-1, -2)) * sm_scale
             if causal and bug != "mask_none" and k_idx[-1] > q_idx[0]:  # only tiles crossing the diagonal
                 if bug == "mask_diag":
                     hide = k_idx[None, :] >= q_idx[:, None]
@@ -62,7 +62,7 @@ def tiled64(q, k, v, causal, sm_scale, block_m, block_n, bug=None):
             p = torch.exp(s - m_new[..., None])
             l_i = (l_i if bug in ("no_rescale_l", "no_rescale") else alpha * l_i) + p.sum(dim=-1)
             acc = (acc if bug in ("no_rescale_acc", "no_rescale") else alpha[..., None] * acc)
-            acc = acc + p @ v[:, :, k_start:k_end]
+            acc = acc + p @ v[:, :, key_lo:key_hi]
             if bug != "m_not_updated":
                 m_i = m_new
         out[:, :, q_start:q_end] = acc if bug == "no_normalise" else acc / l_i[..., None]
