@@ -60,10 +60,13 @@ def _backward_preprocess(
     do = tl.load(DO + batch_idx * stride_dob + head_idx * stride_doh
                  + offs_m[:, None] * stride_don + offs_d[None, :] * stride_dod, mask=mask, other=0.0)
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 1) ---
-    # D = rowsum(dO * O): multiply elementwise in fp32 (o.to(tl.float32)) and
-    # sum over the head dim (axis 1). One number per query row: the softmax's
-    # backward needs sum_j P_ij * dP_ij, and that equals rowsum(dO * O)
-    # because O = P V and dP = dO V^T.
+    # D, one number per query row: the sum over the head dim of dO times O.
+    # Why: the softmax's backward needs, per row, the sum over keys of
+    # P_ij * dP_ij, and since O = P V and dP = dO V^T that sum equals the row's
+    # dot product of dO with O: computed once here, not per key tile.
+    # Shapes: o and do are [BLOCK_M, HEAD_DIM_PAD] tiles (padding columns 0);
+    # delta is [BLOCK_M], float32.
+    # Hint: O and dO may be fp16 or bf16; accumulate in fp32.
     ### BEGIN SOLUTION
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     ### STUB
@@ -115,7 +118,7 @@ def _backward_dkdv(
     for h in range(0, group_size):
         # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
         # The GQA sum. This program's KV head is read by group_size query
-        # heads, consecutive ones (forward Part 1: q_head // group_size). Which
+        # heads, consecutive ones (as in forward.py Part 1). Which
         # query head is the h-th of the group? Each of them adds its share to
         # the same dk and dv.
         ### BEGIN SOLUTION
@@ -137,18 +140,20 @@ def _backward_dkdv(
             lse2 = tl.load(LSE + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0) * 1.4426950408889634
             delta = tl.load(Delta + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0)
             # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 2) ---
-            # One [BLOCK_N, BLOCK_M] tile, computed transposed (keys down the
-            # rows) so that dk and dv come out with one row per key:
-            #   1. sT = k @ q^T (tl.dot(k, tl.trans(q), input_precision=...)),
-            #      then pT = exp2(sT * qk_scale - lse2[None, :]): the softmax
-            #      probabilities, recomputed exactly from the saved LSE.
-            #   2. Zero pT where a key is invisible to a query: keys or queries
-            #      past SEQ_LEN, and, when CAUSAL, keys after the query
-            #      (offs_n[:, None] > offs_m[None, :]).
-            #   3. dv += pT @ dO (cast pT to do's dtype for tl.dot).
-            #   4. dpT = v @ dO^T, dsT = pT * (dpT - delta[None, :]).
-            #   5. dk += dsT @ q (cast dsT to q's dtype). sm_scale is applied
-            #      once after the loops.
+            # This tile's share of dK and dV, for one [BLOCK_N keys, BLOCK_M
+            # queries] tile, kept transposed (keys down the rows) so that dk and
+            # dv come out with one row per key.
+            # What: recompute the probabilities P from the scores and the saved
+            # LSE (lse2 is in log2 units, the scores want qk_scale), exactly as
+            # the forward pass had them; P is 0 for a key a query cannot see
+            # (past SEQ_LEN, or in its future under CAUSAL). Then dV gains P^T dO;
+            # dP = dO V^T; the softmax's backward gives dS = P (dP - D) with D
+            # per query row; and dK gains dS^T Q.
+            # Invariants: dk and dv accumulate in fp32 over every query tile and
+            # every query head of the group; sm_scale multiplies dk once, after
+            # the loops, not here.
+            # Hint: tl.dot wants both operands in one dtype (bring P and dS to
+            # the inputs' dtype), and a transposed product is a tl.trans away.
             ### BEGIN SOLUTION
             sT = tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION)
             pT = tl.exp2(sT * qk_scale - lse2[None, :])
@@ -216,13 +221,13 @@ def _backward_dq(
         k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
         # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 4) ---
-        # dQ for this [BLOCK_M, BLOCK_N] tile (queries down the rows):
-        #   1. s = q @ k^T, p = exp2(s * qk_scale - lse2[:, None]).
-        #   2. Zero p where the key is invisible (past SEQ_LEN; when CAUSAL,
-        #      offs_n[None, :] > offs_m[:, None]). Forgetting the causal mask
-        #      here leaks gradient from the future.
-        #   3. dp = dO @ v^T, ds = p * (dp - delta[:, None]).
-        #   4. dq += ds @ k (cast ds to k's dtype). sm_scale comes after.
+        # This tile's share of dQ, for one [BLOCK_M queries, BLOCK_N keys]
+        # tile (queries down the rows): recompute P as in Part 2 (0 where a
+        # key is invisible), dP = dO V^T, dS = P (dP - D), and dQ gains dS K.
+        # Invariant: a key in a query's future contributes nothing; forgetting
+        # the causal mask here leaks gradient from the future into dQ.
+        # sm_scale multiplies dq once, after the loop.
+        # Hint: this is Part 2's tile seen the other way round.
         ### BEGIN SOLUTION
         s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION)
         p = tl.exp2(s * qk_scale - lse2[:, None])

@@ -149,9 +149,9 @@ def graded(tmp_path_factory):
         "    if q.shape[2] == 1:  # a crash on the one-row case only\n"
         "        import ctypes\n        ctypes.string_at(0)\n    if sm_scale is None:\n")
     kernel_hang = patched(
-        "forward.py", "    return q_head_idx // group_size\n",
+        "forward.py", "    kv_head_idx = q_head_idx // group_size\n",
         "    spin = q_head_idx\n    while spin >= 0:  # never ends\n        spin = spin + 1\n"
-        "    return q_head_idx // group_size\n")
+        "    kv_head_idx = q_head_idx // group_size\n")
     noisy_naive = "print('x' * 5_000_000)\n" + patched(
         "naive.py", "    q32, k32, v32 = q.float(), k.float(), v.float()\n",
         "    q32, k32, v32 = q.float(), k.float(), v.float()\n    print('y' * 1_000_000)\n")

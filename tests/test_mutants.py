@@ -2,8 +2,10 @@
 
 Each mutant is a solution file with one bug in it. It is graded like a
 submission, on the tests of the module it touches only (the other modules
-would just add their startup time), several at a time; the solutions,
-graded in full alongside, must score 100.
+would just add their startup time), several at a time, and its grading stops
+at its first failing test (losing points is all it must do; the tests it
+never ran count as lost in the table below); the solutions, graded in full
+alongside, must score 100.
 
 A mutant that keeps all its points is a hole in the graded tests: the
 catalog marks it ``survives`` (why), and its test here is a strict expected
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gqa_flash import impl
-from gqa_flash.grader import grade, sandbox
+from gqa_flash.grader import grade, sandbox, testrun
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import MUTANTS  # noqa: E402
@@ -59,13 +61,15 @@ def graded(tmp_path_factory):
 
     def run(job):
         name, src, only = job
-        return name, grade.grade(src, course=course, only=only, workdir=work)
+        # A mutant only has to lose points: its grading stops at the first failing test.
+        limits = testrun.Limits(first_failure=name != "solutions")
+        return name, grade.grade(src, course=course, only=only, workdir=work, limits=limits)
 
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         reports = dict(pool.map(run, jobs))
     print(f"\ngraded {len(MUTANTS)} mutants and the solutions in {time.monotonic() - start:.0f} s")
-    print(f"{'mutant':<34}{'module':<16}{'points lost':>12}  first failure")
+    print(f"{'mutant':<34}{'module':<16}{'points lost':>12}  first failure (grading stops there)")
     for m in MUTANTS:
         r = reports[m.name]
         first = next((t.message for t in r.tests if not t.passed), "")

@@ -52,6 +52,7 @@ class Limits:
     grace_s: float = 10.0  # past a test's timeout, before the watchdog kills the process
     max_file_mb: float = 256  # the largest file the test process may write (a submission that prints forever)
     memory_gb: float = 16  # address space of the test process, on a machine with no GPU
+    first_failure: bool = False  # stop at the first failing test (a quick "does it lose points?"; the rest: not run)
 
 
 @dataclass
@@ -137,6 +138,10 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
         remaining = [t for t in collected if t not in done]
         if not remaining:
             break
+        if limits.first_failure and any(not r.passed for r in done.values()):
+            done.update({t: _result(collected[t], False, "not run: grading stopped at the first failure", 0.0)
+                         for t in remaining})
+            break
         if STOP.is_set():
             reason = "not run: grading was interrupted"
             done.update({t: _result(collected[t], False, reason, 0.0) for t in remaining})
@@ -188,6 +193,8 @@ def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> lis
     ]
     if limits.timeout_cap_s is not None:
         cmd.append(f"--grade-timeout-cap={limits.timeout_cap_s}")
+    if limits.first_failure:
+        cmd.append("--exitfirst")
     return cmd
 
 

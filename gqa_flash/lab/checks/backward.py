@@ -129,7 +129,8 @@ _MISTAKES = {
                     "offs_n[:, None] > offs_m[None, :]"),
         ("mask_diag", "mask off by one: a query sees its own key (offs_n == offs_m): keep offs_n <= offs_m"),
         ("exp", "exp instead of exp2: the scores and lse2 are in log2 units, so pT = exp2(sT * qk_scale - lse2)"),
-        ("no_delta", "D is left out of dS: dsT = pT * (dpT - delta[None, :])"),
+        ("no_delta", "D is left out of dS: the softmax's backward subtracts each query row's D from dP "
+                     "before multiplying by P"),
         ("group_no_offset", "every KV head adds up the gradient of query head 0 (Part 3's q_head_idx): the h-th "
                             "query head of the group is kv_head_idx * group_size + h, even with MHA"),
     ],
@@ -149,7 +150,7 @@ _MISTAKES = {
                     "or gradient leaks from the future"),
         ("mask_diag", "mask off by one: a query sees its own key (offs_n == offs_m): keep offs_n <= offs_m"),
         ("exp", "exp instead of exp2: the scores and lse2 are in log2 units, so p = exp2(s * qk_scale - lse2)"),
-        ("no_delta", "D is left out of dS: ds = p * (dp - delta[:, None])"),
+        ("no_delta", "D is left out of dS: subtract each query row's D from dP before multiplying by P"),
     ],
 }
 
