@@ -13,7 +13,9 @@ exactly the online softmax of ``online_softmax.py``, with ``acc`` rescaled
 alongside ``l``. The N x N score matrix never exists; only one
 [block_m, block_n] tile of it at a time. On a GPU, Q's tile, ``m``, ``l`` and
 ``acc`` live in registers and shared memory for the whole walk, and K and V
-stream past: that is why FlashAttention reads O(N) memory instead of O(N^2).
+stream past: that is why FlashAttention holds O(N) memory instead of O(N^2).
+(Its memory *traffic* is larger: K and V are read once per query tile, about
+N^2 * d / block_m numbers in all, which the GPU's L2 cache absorbs in part.)
 
 Each tile loop here is vectorised over batch and heads (every tensor carries
 ``[B, Hq, ...]`` in front), so you read only the tile logic. The Triton kernel
