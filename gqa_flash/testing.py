@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from gqa_flash import runtime
 
@@ -401,3 +402,46 @@ def key_blocks_needed(q_tile, seq_len, block_m, block_n, causal=True):
     """How many key blocks query tile ``q_tile`` must visit: up to its diagonal under the causal mask."""
     kv_end = min((q_tile + 1) * block_m, seq_len) if causal else seq_len
     return -(-kv_end // block_n)
+
+
+def score_elements_needed(batch, n_q_heads, seq_len, block_m, block_n, causal=True):
+    """The scores a tile walk computes: each query tile's rows against the key blocks it needs
+    (key_blocks_needed), the last of them counted whole (block_n keys, but none past seq_len)."""
+    total = 0
+    for q_tile in range(-(-seq_len // block_m)):
+        rows = min(block_m, seq_len - q_tile * block_m)
+        total += rows * min(key_blocks_needed(q_tile, seq_len, block_m, block_n, causal) * block_n, seq_len)
+    return batch * n_q_heads * total
+
+
+# torch's matrix products, by name: the @ operator, torch.matmul and its relatives as
+# functions and as Tensor methods, einsum, tensordot and F.linear.
+_PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "tensordot",
+             "linear", "inner"}
+
+
+class ScoreProducts(TorchFunctionMode):
+    """While active, count the scores computed in PyTorch: every matrix product that contracts the head dim.
+
+    A tile of scores, q_tile @ k_tile^T, takes two operands that carry the
+    head dim and returns a result that does not; P @ V returns rows of the
+    head dim, so it is not counted. (That needs a head dim that differs from
+    every other size in the case: batch, heads, tile sizes and length.)
+    ``products`` counts such products, ``elements`` sums their sizes. The
+    graded tiled.py test and notebook 03's check both count with it.
+    """
+
+    def __init__(self, head_dim):
+        super().__init__()
+        self.head_dim, self.products, self.elements = head_dim, 0, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if getattr(func, "__name__", "") in _PRODUCTS and isinstance(result, torch.Tensor):
+            flat = [x for arg in (*args, *kwargs.values()) for x in (arg if isinstance(arg, (list, tuple)) else [arg])]
+            with_head_dim = [x for x in flat if isinstance(x, torch.Tensor) and self.head_dim in x.shape]
+            if len(with_head_dim) >= 2 and self.head_dim not in result.shape:
+                self.products += 1
+                self.elements += result.numel()
+        return result

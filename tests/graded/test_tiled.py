@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 import gqa_flash
+from gqa_flash import testing
 from gqa_flash.testing import assert_attention_matches, case_context, peaked_qkv, random_qkv
 
 
@@ -78,49 +78,6 @@ def test_tiled_peaked_scores(seed, causal):
 
 # --- Causal skipping, counted (not timed) ------------------------------------------------
 
-# torch's matrix products, by name: the @ operator, torch.matmul and its relatives as
-# functions and as Tensor methods, einsum, tensordot and F.linear.
-_PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "tensordot",
-             "linear", "inner"}
-
-
-class ScoreProducts(TorchFunctionMode):
-    """While active, count the scores computed: every matrix product that contracts the head dim.
-
-    A tile of scores, q_tile @ k_tile^T, takes two operands that carry the
-    head dim and returns a result that does not; P @ V returns rows of the
-    head dim, so it is not counted. (That needs a head dim that differs from
-    every other size in the case: batch, heads, tile sizes and length.)
-    ``products`` counts such products, ``elements`` sums their sizes.
-    """
-
-    def __init__(self, head_dim):
-        super().__init__()
-        self.head_dim, self.products, self.elements = head_dim, 0, 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        result = func(*args, **kwargs)
-        if getattr(func, "__name__", "") in _PRODUCTS and isinstance(result, torch.Tensor):
-            flat = [x for arg in (*args, *kwargs.values()) for x in (arg if isinstance(arg, (list, tuple)) else [arg])]
-            with_head_dim = [x for x in flat if isinstance(x, torch.Tensor) and self.head_dim in x.shape]
-            if len(with_head_dim) >= 2 and self.head_dim not in result.shape:
-                self.products += 1
-                self.elements += result.numel()
-        return result
-
-
-def causal_scores_needed(batch, n_q_heads, seq_len, block_m, block_n):
-    """The scores a causal walk computes: each query tile's rows against every key tile up to
-    its diagonal, the last of those counted whole (block_n keys, but none past seq_len)."""
-    total = 0
-    for q_start in range(0, seq_len, block_m):
-        q_end = min(q_start + block_m, seq_len)
-        key_tiles = -(-q_end // block_n)  # ceil(q_end / block_n): the tiles holding keys 0 .. q_end - 1
-        total += (q_end - q_start) * min(key_tiles * block_n, seq_len)
-    return batch * n_q_heads * total
-
-
 @pytest.mark.points(4)
 @pytest.mark.timeout(60)
 def test_tiled_causal_skips_future_key_tiles(seed):
@@ -131,12 +88,12 @@ def test_tiled_causal_skips_future_key_tiles(seed):
     batch, n_q_heads, seq_len, head_dim, block_m, block_n = 1, 2, 50, 24, 16, 8
     q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=1, seq_len=seq_len, head_dim=head_dim,
                          seed=seed, device="cpu")
-    with ScoreProducts(head_dim) as counted:
+    with testing.ScoreProducts(head_dim) as counted:
         out = gqa_flash.tiled_attention(q, k, v, causal=True, block_m=block_m, block_n=block_n)
     assert counted.products > 0, (
         "no tile of scores was computed with a matrix product: compute each one as q_tile @ k_tile^T "
         "(the @ operator or torch.matmul), as the kernel will with tl.dot")
-    needed = causal_scores_needed(batch, n_q_heads, seq_len, block_m, block_n)
+    needed = testing.score_elements_needed(batch, n_q_heads, seq_len, block_m, block_n)
     assert counted.elements <= needed, (
         f"the causal walk computed {counted.elements} score elements where it needs {needed} "
         f"(every key tile would be {batch * n_q_heads * seq_len * seq_len}), with block_m={block_m}, "

@@ -130,7 +130,8 @@ def forward_error_map() -> ErrorMap:
     cfg = kernel_config()
     empty = ErrorMap(None, None, [kv_of(h, case) for h in range(case.n_q_heads)], [None] * case.n_q_heads,
                      cfg["BLOCK_M"], cfg["BLOCK_N"], case.seq_len, case.causal, tol(case.dtype)["atol"])
-    unsafe = _unsafe_part([check.verdict() for check in PART_CHECKS])
+    # Only the address parts' checks: the error map needs no verdict of the others.
+    unsafe = _unsafe_part({part: PART_CHECKS[part - 1].verdict() for part in _ADDRESS_PARTS})
     if unsafe is not None:
         empty.message = _not_run(unsafe)
         return empty
@@ -201,9 +202,9 @@ def _where_kernel(case: Case, problem, got, ref, n_kb) -> str:
 _ADDRESS_PARTS = (1, 2, 6)
 
 
-def _unsafe_part(part_verdicts):
-    """The first failing verdict among the address parts, or None."""
-    return next((v for i, v in enumerate(part_verdicts, start=1) if i in _ADDRESS_PARTS and not v.ok), None)
+def _unsafe_part(verdicts_by_part: dict):
+    """The first failing verdict among the address parts, or None. ``verdicts_by_part``: {part number: verdict}."""
+    return next((verdicts_by_part[p] for p in _ADDRESS_PARTS if not verdicts_by_part[p].ok), None)
 
 
 def _not_run(verdict) -> str:
@@ -218,7 +219,7 @@ def check_forward(part_verdicts=None):
     if part_verdicts is None:
         part_verdicts = [check.verdict() for check in PART_CHECKS]
     broken = next((v for v in part_verdicts if not v.ok), None)
-    unsafe = _unsafe_part(part_verdicts)
+    unsafe = _unsafe_part(dict(enumerate(part_verdicts, start=1)))
     if unsafe is not None:
         return fail("forward", None, "not run yet", cause=_not_run(unsafe))
     for case in _forward_cases():

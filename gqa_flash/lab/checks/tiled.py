@@ -5,13 +5,12 @@ compares O and the LSE with the float64 reference. A wrong answer is replayed
 against the usual bugs of the walk (:func:`tiled64`, the same walk in float64
 with one bug switched on), and the first bug that gives the same wrong answer
 names the part to look at. A right answer must also be cheap: the causal walk
-must skip the key tiles past the diagonal, which :class:`_ScoreProducts`
+must skip the key tiles past the diagonal, which :class:`gqa_flash.testing.ScoreProducts`
 checks by counting the scores computed (as the graded test does). Notebook
 04's error-map gallery replays the kernel's bugs with :func:`tiled64` too.
 """
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from gqa_flash import api, testing
 from gqa_flash.lab.checks.cases import LOG2E, Case, kv_index, where_attention
@@ -122,47 +121,6 @@ _TILED_LSE_MISTAKES = [
     (5, "lse_log2_l", "the log of the running sum is in base 2; it must be the natural log"),
 ]
 
-# torch's matrix products, by name: the @ operator, torch.matmul and its
-# relatives as functions and as Tensor methods, einsum, tensordot and F.linear.
-_PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "tensordot",
-             "linear", "inner"}
-
-
-class _ScoreProducts(TorchFunctionMode):
-    """While active, count the scores computed: every matrix product that contracts the head dim.
-
-    A tile of scores, q_tile @ k_tile^T, takes two operands that carry the
-    head dim and returns a result that does not; P @ V keeps the head dim, so
-    it is not counted. ``products`` counts such products, ``elements`` sums
-    their sizes. (The same count as tests/graded/test_tiled.py's.)
-    """
-
-    def __init__(self, head_dim: int):
-        super().__init__()
-        self.head_dim, self.products, self.elements = head_dim, 0, 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        result = func(*args, **kwargs)
-        if getattr(func, "__name__", "") in _PRODUCTS and isinstance(result, torch.Tensor):
-            flat = [x for arg in (*args, *kwargs.values()) for x in (arg if isinstance(arg, (list, tuple)) else [arg])]
-            with_head_dim = [x for x in flat if isinstance(x, torch.Tensor) and self.head_dim in x.shape]
-            if len(with_head_dim) >= 2 and self.head_dim not in result.shape:
-                self.products += 1
-                self.elements += result.numel()
-        return result
-
-
-def _scores_computed(case: Case, causal: bool) -> int:
-    """The score elements of a walk over the case's tiles, each key tile counted whole (up to seq_len)."""
-    total = 0
-    for q_start in range(0, case.seq_len, case.block_m):
-        q_end = min(q_start + case.block_m, case.seq_len)
-        kv_end = q_end if causal else case.seq_len
-        total += (q_end - q_start) * min(-(-kv_end // case.block_n) * case.block_n, case.seq_len)
-    return case.batch * case.n_q_heads * total
-
-
 def _check_answers(case: Case):
     """O, then the LSE, of one case against the float64 reference; a wrong one stops the check."""
     q, k, v = case.qkv()
@@ -204,7 +162,7 @@ def _check_answers(case: Case):
 def _check_work(case: Case):
     """A causal query tile must skip the key tiles past the diagonal: count the scores it computes."""
     q, k, v = case.qkv()
-    with _ScoreProducts(case.head_dim) as counter:
+    with testing.ScoreProducts(case.head_dim) as counter:
         run_student("tiled", api.tiled_attention, q, k, v, causal=True, block_m=case.block_m,
                     block_n=case.block_n, part=2)
     where = f"case \"{case.name}\", block_m {case.block_m}, block_n {case.block_n}"
@@ -212,7 +170,8 @@ def _check_work(case: Case):
         raise Stop(fail("tiled", 2, "no tile of scores was computed with a matrix product", where=where,
                         hint="compute each tile of scores as a product of the query tile and the key tile's "
                              "transpose (the @ operator), as the kernel will with tl.dot"))
-    needed, everything = _scores_computed(case, causal=True), _scores_computed(case, causal=False)
+    needed, everything = (testing.score_elements_needed(case.batch, case.n_q_heads, case.seq_len, case.block_m,
+                                                        case.block_n, causal=c) for c in (True, False))
     if counter.elements > needed:
         cause = ("the causal key loop walks every key tile: the answer is right (the mask hides the future) "
                  "but the work is not halved; key tiles past the diagonal must be skipped, not masked"
