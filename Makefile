@@ -1,27 +1,10 @@
 # The course's two commands:  make lab   (open the course)   and   make test   (run every test).
+# course.mk holds what a student runs (lab, test-graded, grade); this file adds the instructor's targets.
 # Each sets itself up first: a virtual environment in .venv with the course installed.
 
-PYTHON ?= python3
-VENV   ?= .venv
-BIN    := $(VENV)/bin
-PORT   ?= 8888
-# JupyterLab refuses to run as root unless told to (containers, CI).
-LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
+include course.mk
 
-.PHONY: setup lab test test-lint test-pytest test-nbval test-graded test-browser grade autograder release check-release clean
-
-setup: $(VENV)/.installed
-
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[course,dev]'
-	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 --display-name "Python 3 (gqa-flash)"
-	touch $@
-
-# Open the course: JupyterLab on notebooks/.
-lab: setup
-	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(LAB_ARGS)
+.PHONY: test test-lint test-pytest test-nbval test-browser test-gradescope autograder release check-release student-edition
 
 # Run every test with the solutions, phase by phase: the linter, the course's own checks, the
 # graded tests and the grader (pytest), the notebooks in a real browser (Chromium and Playwright
@@ -44,7 +27,6 @@ test-lint: setup
 # pytest runs in $(WORKERS) processes (pytest-xdist), a test file per process at a time (module
 # fixtures such as the graded mutants are built once). The browser test opens two notebooks here,
 # the lab's first and the kernel's; make test-browser opens all of them.
-WORKERS ?= 2
 BROWSER_NOTEBOOKS ?= 00_setup_and_map,04_triton_kernel
 test-pytest: setup
 	VENV=$(VENV) bash tests/browser/install.sh
@@ -59,14 +41,6 @@ test-browser: setup
 	VENV=$(VENV) bash tests/browser/install.sh
 	GQA_FLASH_BROWSER_NOTEBOOKS= $(BIN)/python -m pytest -m browser tests/browser
 
-# The graded tests alone, against your own files in gqa_flash/.
-test-graded: setup
-	GQA_FLASH_IMPL=student $(BIN)/python -m pytest tests/graded
-
-# Grade your files as the instructor's grader does (add ARGS="--out results.json")
-grade: setup
-	$(BIN)/python -m gqa_flash.grader $(ARGS)
-
 # Gradescope's autograder zip: make autograder [EXTRA_TESTS=hidden/]
 autograder: setup
 	$(BIN)/python -m gqa_flash.grader --gradescope-bundle autograder.zip $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
@@ -78,5 +52,15 @@ release: setup
 check-release: setup
 	$(BIN)/python -m gqa_flash.grader.release --check
 
-clean:
-	rm -rf $(VENV) .pytest_cache
+# The student edition: what you publish to students (no solutions/, no mutants, no instructor tools),
+# stubs fresh from solutions/, notebooks cleared, a README for students. make student-edition DEST=dir
+student-edition: setup
+	@test -n "$(DEST)" || { echo "make student-edition: say where, e.g. DEST=../gqa-flash-student"; exit 2; }
+	$(BIN)/python -m gqa_flash.grader.edition $(DEST) $(ARGS)
+
+# Gradescope's autograder in Gradescope's own layout, in a temporary folder: setup.sh builds a fresh
+# virtual environment (torch from TORCH_INDEX_URL, PyTorch's CPU index by default; TORCH_REQUIREMENT
+# picks the version), then run_autograder grades three submissions. Minutes, and a torch download:
+# not part of make test.
+test-gradescope: setup
+	GQA_FLASH_TEST_GRADESCOPE=1 $(BIN)/python -m pytest tests/test_gradescope_layout.py -p no:cacheprovider -s

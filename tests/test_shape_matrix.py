@@ -107,3 +107,12 @@ def test_gradients_with_very_negative_scores(causal, dtype, kernels, seed):
             # 1 seed in 20). An unmasked padding key gives inf or NaN, which no bound lets through.
             bound *= 4
         assert err <= bound, f"{kernels} d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"
+
+
+def test_bf16_works_in_the_pure_pytorch_modules():
+    # The interpreter refuses bf16 in kernels (test_validation.py); naive and tiled attention are PyTorch only.
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 16, 8, generator=gen).bfloat16()
+    k, v = (torch.randn(1, 2, 16, 8, generator=gen).bfloat16() for _ in range(2))
+    assert gqa_flash.naive_attention(q, k, v).dtype == torch.bfloat16
+    assert gqa_flash.tiled_attention(q, k, v).dtype == torch.bfloat16

@@ -19,23 +19,23 @@ registers. What changes:
 2. Masks only where they matter. Under the causal mask, the query blocks
    that overlap this key block (the diagonal) need the mask; every later
    query block sees the whole key block. Padding rows need no mask at all:
-   the copy engine loads them as zeros, so they add 0 to dK, dV and dQ. Only
+   the TMA loads them as zeros, so they add 0 to dK, dV and dQ. Only
    a ragged last key block is masked everywhere (a zero key against a very
    negative LSE would overflow exp2).
-3. Tensor descriptors built on the host (the copy engine, as in
+3. Tensor descriptors built on the host (the TMA, as in
    ``gqa_flash/fast/forward.py``), and the heaviest key blocks first: under
    the causal mask key block 0 is seen by every query, the last one by the
    fewest.
 
 D = rowsum(dO * O) comes from a small kernel of its own (``_delta_kernel``).
-Inputs the copy engine cannot read (a last dim with stride != 1, rows that
+Inputs the TMA cannot read (a last dim with stride != 1, rows that
 are not a multiple of 16 bytes, an unaligned base; an incoming gradient
 expanded from a scalar is one) are copied first into a layout it can, as in
 the forward. fp32 runs the same kernels with ieee products and, on a GPU, a
 fixed small tile (``FP32_CONFIG``) instead of the autotuner. It runs in the
 interpreter too, so the CPU tests check it against float64 autograd.
 
-Adding each dQ tile with one bulk reduce of the copy engine
+Adding each dQ tile with one bulk reduction of the TMA
 (``desc.atomic_add``) instead of per-element atomics was measured and
 removed: bench/RESULTS.md.
 """
@@ -53,7 +53,7 @@ from gqa_flash.fast.forward import empty_readable, input_precision, readable
 def _delta_kernel(o_desc, do_desc, Delta, SEQ_LEN, N_HEADS, ROWS: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
     """Delta[b, h, r] = sum over the head dim of dO * O, for ROWS rows of one (batch, head).
 
-    The copy engine loads the rows past SEQ_LEN and the columns past the head dim as zeros,
+    The TMA loads the rows past SEQ_LEN and the columns past the head dim as zeros,
     so only the store is masked. Products and sum in fp32, whatever the input dtype.
     """
     row0 = tl.program_id(0) * ROWS
@@ -79,18 +79,18 @@ def _key_block_step(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head
         lse2 = tl.load(LSE + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0) * 1.4426950408889634
         delta = tl.load(Delta + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0)
         # The tile transposed, keys down the rows: dk and dv come out one row per key.
-        pT = tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale - lse2[None, :])
+        p_t = tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale - lse2[None, :])
         if MASKED:
-            visible = offs_n[:, None] < SEQ_LEN
+            keep = offs_n[:, None] < SEQ_LEN
             if CAUSAL:
-                visible = visible & (offs_n[:, None] <= offs_m[None, :])
-            pT = tl.where(visible, pT, 0.0)
-        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=INPUT_PRECISION)
-        dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
-        dsT = (pT * (dpT - delta[None, :])).to(q.dtype)
-        dk = tl.dot(dsT, q, dk, input_precision=INPUT_PRECISION)
+                keep = keep & (offs_n[:, None] <= offs_m[None, :])
+            p_t = tl.where(keep, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=INPUT_PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk = tl.dot(ds_t, q, dk, input_precision=INPUT_PRECISION)
         # This tile's share of dQ (sm_scale is applied once, on the host), one atomic add per element.
-        dq = tl.dot(tl.trans(dsT), k, input_precision=INPUT_PRECISION)
+        dq = tl.dot(tl.trans(ds_t), k, input_precision=INPUT_PRECISION)
         dq_ptrs = DQ + (bh * SEQ_LEN + offs_m[:, None]) * HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_PAD)[None, :]
         tl.atomic_add(dq_ptrs, dq, mask=m_ok[:, None], sem="relaxed")
     return dk, dv
@@ -190,7 +190,7 @@ def _kernel():
 
 
 def _delta(o, do, head_dim_pad):
-    """D = rowsum(dO * O), [B, Hq, N] fp32; ``o`` and ``do`` in layouts the copy engine reads."""
+    """D = rowsum(dO * O), [B, Hq, N] fp32; ``o`` and ``do`` in layouts the TMA reads."""
     batch, n_heads, seq_len, _ = o.shape
     rows = 16 if runtime.INTERPRETER else DELTA_ROWS
     delta = torch.empty((batch, n_heads, seq_len), dtype=torch.float32, device=o.device)
@@ -203,7 +203,7 @@ def _delta(o, do, head_dim_pad):
 def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, config=None):
     """Same contract as ``flash_attention_backward``; inputs are checked by the caller.
 
-    Inputs the copy engine cannot read are copied first into a layout it can. ``config``
+    Inputs the TMA cannot read are copied first into a layout it can. ``config``
     (BLOCK_M, BLOCK_N, num_warps, num_stages) skips the autotuner, for benchmarks; fp32 on a
     GPU takes ``FP32_CONFIG`` unless one is given.
     """

@@ -5,11 +5,12 @@ Not graded, and not for students to write: it is the graded kernel of
 the changes that the performance notebook measures one by one:
 
 1. Tensor descriptors, built once on the host (``TensorDescriptor``) and
-   passed to the kernel. On Hopper the copy engine (TMA) moves whole tiles
-   from global to shared memory by itself, asynchronously, instead of every
-   thread computing addresses and issuing its own loads. It also pads
-   out-of-bounds rows and columns with zeros, so ragged sequence tails and
-   head dims such as 80 or 96 need no masks on loads, and it clips stores.
+   passed to the kernel. On Hopper the Tensor Memory Accelerator (TMA), a
+   unit on each SM, moves whole tiles from global to shared memory by
+   itself, asynchronously, instead of every thread computing addresses and
+   issuing its own loads. It also pads out-of-bounds rows and columns with
+   zeros, so ragged sequence tails and head dims such as 80 or 96 need no
+   masks on loads, and it clips stores.
    Each descriptor covers the whole [B, H, N, D] tensor with its real
    strides, and a tile is addressed by (batch, head, row, 0). (Descriptors
    made inside the kernel, ``tl.make_tensor_descriptor``, cost every program
@@ -28,14 +29,14 @@ the changes that the performance notebook measures one by one:
    Each step issues both halves' score products (``_attend_pair``) before
    either softmax. On Hopper a matrix product is an asynchronous instruction,
    so while the exp2 units work through one half's scores the tensor cores
-   can already work on the other's: the overlap that cuDNN and
-   FlashAttention-3 schedule by hand, here left to the hardware and to
+   can already work on the other's: the overlap that FlashAttention-3's
+   ping-pong scheduling arranges by hand, here left to the hardware and to
    Triton's instruction order. On the diagonal, the first half stops at its
    own last row (BLOCK_M / 2 keys early) and the second finishes alone.
 5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
    which the graded kernel's masked loads make too costly, next to plain ones.
 
-The copy engine reads a last dimension of stride 1 with 16-byte aligned
+The TMA reads a last dimension of stride 1 with 16-byte aligned
 rows. An input in another layout (a strided view, a head dim whose rows are
 not a multiple of 16 bytes, an unaligned base) is first copied into one it
 can read (``readable``): a copy of that input, the price of the layout; the
@@ -61,32 +62,32 @@ from gqa_flash import runtime
 
 
 @triton.jit
-def _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+def _scores(q, k_tile, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
             INPUT_PRECISION: tl.constexpr):
     """Raw scores of one query tile against one key tile; -inf where a key is hidden."""
-    s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION)
+    s = tl.dot(q, tl.trans(k_tile), input_precision=INPUT_PRECISION)
     if MASKED:
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        visible = offs_n[None, :] < SEQ_LEN
+        cols = start_n + tl.arange(0, BLOCK_N)
+        keep = cols[None, :] < SEQ_LEN
         if CAUSAL:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None])
-        s = tl.where(visible, s, float("-inf"))
+            keep = keep & (cols[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, float("-inf"))
     return s
 
 
 @triton.jit
-def _fold(acc, l_i, m_i, s, v, qk_scale, INPUT_PRECISION: tl.constexpr):
+def _fold(acc, row_sum, row_max, s, v, qk_scale, INPUT_PRECISION: tl.constexpr):
     """The online-softmax update: fold one tile of scores (and its values) into the state."""
-    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    m_new = tl.maximum(row_max, tl.max(s, 1) * qk_scale)
     p = tl.exp2(s * qk_scale - m_new[:, None])  # one FMA per score
-    alpha = tl.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
-    return acc, l_i, m_new
+    rescale = tl.exp2(row_max - m_new)
+    row_sum = row_sum * rescale + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None], input_precision=INPUT_PRECISION)
+    return acc, row_sum, m_new
 
 
 @triton.jit
-def _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, start, end, offs_m, qk_scale, SEQ_LEN,
+def _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, start, end, offs_m, qk_scale, SEQ_LEN,
             BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
             INPUT_PRECISION: tl.constexpr):
     """Fold key blocks start..end (exclusive, in steps of BLOCK_N) into the state."""
@@ -95,8 +96,8 @@ def _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, start, end, offs_m
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         s = _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
-        acc, l_i, m_i = _fold(acc, l_i, m_i, s, v, qk_scale, INPUT_PRECISION)
-    return acc, l_i, m_i
+        acc, row_sum, row_max = _fold(acc, row_sum, row_max, s, v, qk_scale, INPUT_PRECISION)
+    return acc, row_sum, row_max
 
 
 @triton.jit
@@ -153,12 +154,14 @@ def _fast_forward_kernel(
     if SUBTILES == 1:
         offs_m = q_start + tl.arange(0, BLOCK_M)
         q = q_desc.load([batch, q_head, q_start, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
-        acc, l_i, m_i = _empty_state(BLOCK_M, HEAD_DIM_PAD)
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, 0, phase1_end, offs_m, qk_scale,
-                                SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, INPUT_PRECISION)
-        acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, batch, kv_head, phase1_end, phase2_end, offs_m,
-                                qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
-        _store(acc, l_i, m_i, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, BLOCK_M, HEAD_DIM_PAD)
+        acc, row_sum, row_max = _empty_state(BLOCK_M, HEAD_DIM_PAD)
+        acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, 0, phase1_end,
+                                        offs_m, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL,
+                                        INPUT_PRECISION)
+        acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, phase1_end,
+                                        phase2_end, offs_m, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL,
+                                        INPUT_PRECISION)
+        _store(acc, row_sum, row_max, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, BLOCK_M, HEAD_DIM_PAD)
     else:
         tl.static_assert(SUBTILES == 2, "SUBTILES is 1 or 2")
         SUB: tl.constexpr = BLOCK_M // 2
@@ -194,13 +197,13 @@ def _empty_state(ROWS: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
 
 
 @triton.jit
-def _store(acc, l_i, m_i, o_desc, lse_base, batch, q_head, row0, SEQ_LEN, ROWS: tl.constexpr,
+def _store(acc, row_sum, row_max, o_desc, lse_base, batch, q_head, row0, SEQ_LEN, ROWS: tl.constexpr,
            HEAD_DIM_PAD: tl.constexpr):
     """Normalise and write one query tile's output and log-sum-exp."""
-    o = acc / l_i[:, None]
-    o_desc.store([batch, q_head, row0, 0], o.to(o_desc.dtype).reshape(1, 1, ROWS, HEAD_DIM_PAD))  # clipped at SEQ_LEN
+    out = acc / row_sum[:, None]
+    o_desc.store([batch, q_head, row0, 0], out.to(o_desc.dtype).reshape(1, 1, ROWS, HEAD_DIM_PAD))  # clipped at SEQ_LEN
     offs_m = row0 + tl.arange(0, ROWS)
-    lse = (m_i + tl.log2(l_i)) * 0.6931471805599453  # ln(2)
+    lse = (row_max + tl.log2(row_sum)) * 0.6931471805599453  # log2 to natural log
     tl.store(lse_base + offs_m, lse, mask=offs_m < SEQ_LEN)
 
 
@@ -264,13 +267,13 @@ def _kernel():
 
 
 def copy_engine_can_read(t) -> bool:
-    """The copy engine's rules: unit stride on the last dim, 16-byte aligned base and strides."""
+    """The TMA's rules: unit stride on the last dim, 16-byte aligned base and strides."""
     size = t.element_size()
     return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in t.stride()[:-1])
 
 
 def empty_readable(shape, dtype, device):
-    """An uninitialised tensor of ``shape`` that the copy engine can read and write: contiguous,
+    """An uninitialised tensor of ``shape`` that the TMA can read and write: contiguous,
     with each row padded to a multiple of 16 bytes when it is not one already (a view of the
     first ``shape[-1]`` columns then)."""
     per_16_bytes = 16 // dtype.itemsize
@@ -280,7 +283,7 @@ def empty_readable(shape, dtype, device):
 
 
 def readable(t):
-    """``t`` itself when the copy engine can read it, else a copy of it in a layout it can."""
+    """``t`` itself when the TMA can read it, else a copy of it in a layout it can."""
     if copy_engine_can_read(t):
         return t
     return empty_readable(t.shape, t.dtype, t.device).copy_(t)
@@ -295,7 +298,7 @@ def input_precision(dtype) -> str:
 def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None):
     """Same contract as ``flash_attention_forward``; inputs are checked by the caller.
 
-    Inputs the copy engine cannot read are copied first into a layout it can (``readable``).
+    Inputs the TMA cannot read are copied first into a layout it can (``readable``).
     ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages and optionally SUBTILES) skips the
     autotuner, for benchmarks; fp32 on a GPU takes ``FP32_CONFIG`` unless one is given.
     """

@@ -65,16 +65,23 @@ def _name(test) -> str:
 SETUP_SH = """\
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
-# Written by `python -m gqa_flash.grader --gradescope-bundle`.
+# Written by `python -m gqa_flash.grader --gradescope-bundle`. Settings (all optional):
+#   AUTOGRADER_ROOT    where the layout is (default /autograder; the course's own test uses a temporary folder)
+#   TORCH_INDEX_URL    where torch comes from (default PyTorch's CPU wheels; set it empty for pip's own index)
+#   TORCH_REQUIREMENT  which torch (default {torch}, the course's range)
 set -euo pipefail
-apt-get update -q
-apt-get install -y -q python3 python3-venv python3-pip
-python3 -m venv /autograder/venv
-/autograder/venv/bin/python -m pip install --upgrade pip
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+if ! python3 -c "import ensurepip, venv" 2>/dev/null; then  # Ubuntu's base image may lack venv and pip
+    apt-get update -q
+    apt-get install -y -q python3 python3-venv python3-pip
+fi
+python3 -m venv "$ROOT/venv"
+"$ROOT/venv/bin/python" -m pip install --upgrade pip
 # The image has no GPU: CPU wheels of torch (the CUDA ones are gigabytes), and
 # Triton runs its kernels in its interpreter.
-/autograder/venv/bin/python -m pip install --index-url {torch_index} {torch}
-/autograder/venv/bin/python -m pip install -r /autograder/source/requirements.txt
+INDEX="${{TORCH_INDEX_URL-{torch_index}}}"
+"$ROOT/venv/bin/python" -m pip install ${{INDEX:+--index-url "$INDEX"}} "${{TORCH_REQUIREMENT:-{torch}}}"
+"$ROOT/venv/bin/python" -m pip install -r "$ROOT/source/requirements.txt"
 """
 
 RUN_AUTOGRADER = """\
@@ -120,7 +127,7 @@ def write_bundle(dest: Path, course_dir: Path = sandbox.COURSE_DIR, extra_tests:
         files.update(sandbox.read_tree(Path(extra_tests), "hidden_tests"))
     files["requirements.txt"] = ("\n".join(others) + "\n").encode()
     scripts = {
-        "setup.sh": SETUP_SH.format(torch_index=TORCH_CPU_INDEX, torch=f"'{torch}'"),
+        "setup.sh": SETUP_SH.format(torch_index=TORCH_CPU_INDEX, torch=torch),
         "run_autograder": RUN_AUTOGRADER.format(timeout=int(timeout_s), extra=extra),
     }
     dest = Path(dest)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gqa_flash import impl, layout
-from gqa_flash.grader import release
 from gqa_flash.layout import COURSE_DIR, GRADED_FILES
 
 # Bonus modules: their tests' points come on top of the 100 of the required ones,
@@ -54,6 +53,8 @@ class Course:
 def _stubs(course_dir: Path) -> dict[str, bytes]:
     solutions = course_dir / impl.SOLUTIONS_DIR.name
     if solutions.is_dir():
+        from gqa_flash.grader import release  # the instructor's copy only: the student edition has no release tool
+
         plan = release.plan(solutions, Path("gqa_flash"))
         stubs = {p.as_posix(): text.encode() for p, text in plan.items()}
     else:  # a release without solutions: its graded files are the stubs

@@ -1,0 +1,36 @@
+# What a student runs, shared by the instructor's Makefile and the student edition's (which
+# `make student-edition` writes): setup, lab, test-graded, grade, clean.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PORT   ?= 8888
+WORKERS ?= 2
+# JupyterLab refuses to run as root unless told to (containers, CI).
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
+
+.PHONY: setup lab test-graded grade clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e '.[course,dev]'
+	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 --display-name "Python 3 (gqa-flash)"
+	touch $@
+
+# Open the course: JupyterLab on notebooks/.
+lab: setup
+	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(LAB_ARGS)
+
+# The graded tests alone, against your own files in gqa_flash/; ends with the points table.
+test-graded: setup
+	GQA_FLASH_IMPL=student $(BIN)/python -m pytest tests/graded
+
+# Grade your files as the instructor's grader does (add ARGS="--out results.json")
+grade: setup
+	$(BIN)/python -m gqa_flash.grader $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,190 @@
+"""The student edition (gqa_flash/grader/edition.py): it leaks no solution line, and it works.
+
+One edition is written into pytest's temporary folder for the whole module,
+exactly as ``make student-edition DEST=...`` writes it. Then, in that copy:
+no line of any solution region can be read anywhere (sources, notebooks and
+their outputs, data, docs); the graded tests score 0 on its stubs, each
+failure on one line, and full marks once solutions/*.py are copied over the
+stubs; the fast kernels run on the CPU; and ``make lab`` answers.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gqa_flash import layout
+from gqa_flash.grader import edition, release
+
+COURSE = layout.COURSE_DIR
+SOLUTIONS = release.SOLUTIONS_DIR
+
+
+@pytest.fixture(scope="module")
+def student_edition(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("edition") / "gqa-flash"
+    files = edition.write(dest)
+    return dest, files
+
+
+def _env(where: Path, **extra) -> dict:
+    """A child's environment: the edition's package first on the path, nothing cached outside it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "GQA_FLASH_IMPL", "PYTEST_ADDOPTS")}
+    env.update(PYTHONPATH=str(where), PYTHONDONTWRITEBYTECODE="1", GQA_FLASH_IMPL="student",
+               TRITON_HOME=str(where / ".triton"), TRITON_CACHE_DIR=str(where / ".triton" / "cache"), **extra)
+    return env
+
+
+# --- nothing leaks ----------------------------------------------------------------------------------------------
+
+def test_no_solution_line_can_be_read_in_the_edition(student_edition):
+    _, files = student_edition
+    found = edition.leaks(files, SOLUTIONS)
+    assert not found, "solution lines a student can read in the edition:\n" + "\n".join(found)
+
+
+def test_the_leak_check_finds_a_planted_line():
+    # A check that cannot fail proves nothing: the mutant catalog quotes solution lines (which is why the
+    # edition leaves it out), and a notebook output that printed one is found too.
+    catalog = (COURSE / "tests" / "mutants" / "catalog.py").read_bytes()
+    assert edition.leaks({"tests/mutants/catalog.py": catalog}, SOLUTIONS)
+    line = release.solution_lines((SOLUTIONS / "forward.py").read_text())["4"][0]
+    notebook = {"cells": [{"cell_type": "code", "source": ["print(1)"],
+                           "outputs": [{"output_type": "stream", "text": ["  " + line.replace(" ", "  ")]}]}]}
+    found = edition.leaks({"notebooks/x.ipynb": json.dumps(notebook).encode()}, SOLUTIONS)
+    assert any("notebooks/x.ipynb: forward.py Part 4" in f for f in found), found
+
+
+def test_the_edition_holds_what_a_student_needs_and_no_instructor_file(student_edition):
+    dest, files = student_edition
+    for name in ("README.md", "Makefile", "course.mk", ".ci/run", "pyproject.toml", "environment.yml",
+                 "tests/graded/conftest.py", "gqa_flash/fast/forward.py", "notebooks/data/h200_forward_main.csv"):
+        assert (dest / name).is_file(), f"the edition has no {name}"
+    assert os.access(dest / ".ci" / "run", os.X_OK)
+    for name in ("solutions", "tests/mutants", "tools", "tests/test_mutants.py", "tests/test_grade.py",
+                 "tests/test_release.py", "tests/test_edition.py", "tests/browser", "gqa_flash/grader/release.py",
+                 "gqa_flash/grader/edition.py"):
+        assert not (dest / name).exists(), f"the edition holds {name}, an instructor's file"
+    # The graded files are the stubs written from solutions/, whatever the instructor's gqa_flash/ holds.
+    for path, text in release.plan(SOLUTIONS, dest / "gqa_flash").items():
+        assert path.read_text() == text, f"{path.name} in the edition is not the stub"
+    # Notebooks without outputs, so that their text and their outputs agree.
+    for path in sorted((dest / "notebooks").glob("*.ipynb")):
+        cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+        assert cells and all(not c["outputs"] and c["execution_count"] is None for c in cells), path.name
+    # A README for students: the shared blocks, no instructor section.
+    readme = (dest / "README.md").read_text()
+    for block in edition.readme_blocks((COURSE / "README.md").read_text()).values():
+        assert block in readme
+    for heading in ("## For instructors", "## The implementation switch", "### Releasing", "### Grading",
+                    "## Tests\n"):
+        assert heading not in readme, f"the student README has the instructor's section {heading.strip()!r}"
+    makefile = (dest / "Makefile").read_text() + (dest / "course.mk").read_text()
+    for target in ("lab:", "test-graded:", "grade:", "test:"):
+        assert re.search(rf"^{target}", makefile, re.M), f"the edition's make has no {target[:-1]} target"
+
+
+def test_the_edition_command_refuses_a_folder_in_use(tmp_path, capsys):
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    assert edition.main([str(busy)]) == 2
+    assert "not empty" in capsys.readouterr().err and (busy / "notes.txt").exists()
+    assert edition.main([str(COURSE / "edition")]) == 2
+    assert "inside the course" in capsys.readouterr().err
+
+
+# --- it works ---------------------------------------------------------------------------------------------------
+
+def _graded_run(where: Path) -> tuple[str, float, dict]:
+    """make test-graded's command in a copy: its output, its total (bonus included) and each bonus module's points."""
+    result = subprocess.run([sys.executable, "-m", "pytest", "tests/graded", "-p", "no:cacheprovider"], cwd=where,
+                            env=_env(where), capture_output=True, text=True, timeout=600)
+    out = result.stdout + result.stderr
+    total = re.search(r"^\s*total\s+([\d.]+) / 100\b", out, re.M)
+    assert total, f"no points table at the end of the graded run:\n{out[-3000:]}"
+    bonus_lines = re.findall(r"^\s*(\w+)\.py \(bonus\)\s+([\d.]+) / ([\d.]+)", out, re.M)
+    bonus = {m: (float(got), float(full)) for m, got, full in bonus_lines}
+    return out, float(total.group(1)), bonus
+
+
+@pytest.mark.timeout(900)
+def test_stubs_score_zero_and_the_solutions_score_full_marks(student_edition, tmp_path):
+    dest, _ = student_edition
+    out, total, bonus = _graded_run(dest)
+    assert total == 0 and all(got == 0 for got, _ in bonus.values()), out[-3000:]
+    # Each failure is one line naming the test and why, no traceback (make test-graded without -v).
+    assert "Traceback" not in out and "def test_" not in out, out[-3000:]
+    failures = re.findall(r"^\s{6}test_\w+(?:\[[^\]]*\])?: .+$", out, re.M)
+    assert len(failures) >= 20 and not [f for f in failures if len(f) > 600], failures[:5]
+
+    solved = tmp_path / "solved"
+    shutil.copytree(dest, solved, ignore=shutil.ignore_patterns(".triton", "__pycache__"))
+    for path in SOLUTIONS.glob("*.py"):
+        shutil.copy2(path, solved / "gqa_flash" / path.name)
+    out, total, bonus = _graded_run(solved)
+    assert bonus and all(got == full for got, full in bonus.values()), (bonus, out[-3000:])
+    assert total == 100 + sum(full for _, full in bonus.values()), out[-3000:]  # the total counts the bonus
+
+
+@pytest.mark.timeout(300)
+def test_the_fast_kernels_run_in_the_edition_on_a_cpu(student_edition):
+    dest, _ = student_edition
+    code = (
+        "import torch, gqa_flash\n"
+        "assert gqa_flash.runtime.INTERPRETER or torch.cuda.is_available()\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "q = torch.randn(1, 4, 40, 32, generator=g).half(); k, v = (torch.randn(1, 2, 40, 32, generator=g).half()"
+        " for _ in range(2))\n"
+        "o = gqa_flash.fast_attention_forward(q, k, v, causal=True)\n"
+        "ref, _ = gqa_flash.reference_attention(q, k, v, causal=True)\n"
+        "err = (o.double().cpu() - ref).abs().max().item(); assert err < 2e-2, err\n"
+        "print('fast kernel ok', gqa_flash.__file__, err)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=dest, env=_env(dest, CUDA_VISIBLE_DEVICES=""),
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"fast kernel ok {dest / 'gqa_flash' / '__init__.py'}" in result.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(180)
+def test_make_lab_answers_in_the_edition(student_edition, tmp_path):
+    dest, _ = student_edition
+    # The edition's own `make lab`, with this environment standing in for the .venv its setup would make
+    # (-o: do not set it up again), and Jupyter's state in tmp_path.
+    venv = tmp_path / "venv"
+    venv.symlink_to(Path(sys.prefix), target_is_directory=True)
+    port = _free_port()
+    env = _env(dest, JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"), JUPYTER_DATA_DIR=str(tmp_path / "jdata"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "jrun"), IPYTHONDIR=str(tmp_path / "ipy"), BROWSER="true")
+    log = tmp_path / "lab.log"
+    with open(log, "w") as out:
+        lab = subprocess.Popen(["make", "-o", f"{venv}/.installed", "lab", f"VENV={venv}", f"PORT={port}",
+                                "LAB_ARGS=--allow-root --no-browser"],
+                               cwd=dest, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        token, deadline = None, time.monotonic() + 120
+        while token is None and time.monotonic() < deadline and lab.poll() is None:
+            found = re.search(rf"127\.0\.0\.1:{port}/lab\?token=(\w+)", log.read_text())
+            token = found.group(1) if found else time.sleep(0.5)
+        assert token, f"make lab did not start JupyterLab:\n{log.read_text()[-3000:]}"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=20) as r:
+            names = {item["name"] for item in json.load(r)["content"]}
+        assert "00_setup_and_map.ipynb" in names and "data" in names, names
+    finally:
+        os.killpg(lab.pid, 15)
+        lab.wait(timeout=30)
