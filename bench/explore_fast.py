@@ -10,7 +10,7 @@ then the fast backward at fixed configs. Every variant is checked against
 SDPA before it is timed. Writes OUT_DIR/explore_fast_<parts>.csv.
 
 Earlier runs also timed lazy rescaling, a warp-specialized key loop and the
-copy engine's bulk dQ add, options since taken out of the kernels; their
+TMA's bulk dQ add, options since taken out of the kernels; their
 outcomes are in bench/RESULTS.md (lazy rescaling's numbers in
 notebooks/data/h200_fast_forward_subtiles_lazy_rescaling.csv).
 """

@@ -45,7 +45,7 @@ def source_dir(choice: str | None = None) -> Path:
         if not SOLUTIONS_DIR.is_dir():
             raise FileNotFoundError(
                 f"GQA_FLASH_IMPL=solutions but there is no solutions folder at {SOLUTIONS_DIR} "
-                "(the student release of the course does not ship it)"
+                "(the student edition of the course does not ship it)"
             )
         return SOLUTIONS_DIR
     return PACKAGE_DIR

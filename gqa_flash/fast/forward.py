@@ -15,12 +15,19 @@ the changes that the performance notebook measures one by one:
    strides, and a tile is addressed by (batch, head, row, 0). (Descriptors
    made inside the kernel, ``tl.make_tensor_descriptor``, cost every program
    a write and a fence before its first load: measurable at short N.)
-2. A grid ordered for the L2 cache and for balance. Programs that run at the
-   same time share K and V: the ``group_size`` query heads of one KV head are
-   neighbours in the launch order, so their K/V tiles are read from memory
-   once and from L2 after. Under the causal mask the last query tiles do the
-   most work (they see the most keys); they are launched first, so the short
-   ones fill the gaps at the end instead of leaving SMs idle.
+2. A grid ordered for balance. Under the causal mask the last query tiles do
+   the most work (they see the most keys); they are launched first, so the
+   short ones fill the gaps at the end instead of leaving SMs idle. The
+   ``group_size`` query heads of one KV head are neighbours in the launch
+   order (KV-group-major), meant to share K/V tiles through L2. Measured on
+   the H200 (``notebooks/data/h200_launch_order_traffic.csv``, ncu, one 16k
+   sequence, 32:8 heads), that order reads more DRAM, not less: 234 MB
+   against 101 MB at head_dim 64, 653 MB against 202 MB at 128, than the
+   graded kernel's order (every query tile of one head, then the next head,
+   ``group_major=False``), whose running programs all share one KV head that
+   fits in L2 while this order's span every KV head. Both ran in the same
+   time (within 1%): 650 MB in 4.2 ms is a twentieth of the bandwidth, so the
+   kernel is bound by its arithmetic either way.
 3. One fused multiply-add per score. ``p = exp2(s * qk_scale - m)`` folds the
    scale into the subtraction the online softmax needs anyway, and
    ``tl.dot(p, v, acc)`` accumulates into ``acc`` in place.
@@ -122,24 +129,33 @@ def _fast_forward_kernel(
     q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh,
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr = True,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
-    # One flat grid, decoded so that neighbours share a KV head:
-    #   pid = (tile_order * (BATCH * N_KV_HEADS) + batch_kv) * group_size + head_in_group
     group_size = N_Q_HEADS // N_KV_HEADS
     pid = tl.program_id(0)
-    head_in_group = pid % group_size
-    rest = pid // group_size
-    batch_kv = rest % (BATCH * N_KV_HEADS)
-    tile_order = rest // (BATCH * N_KV_HEADS)
+    if GROUP_MAJOR:
+        # One flat grid, decoded so that neighbours share a KV head:
+        #   pid = (tile_order * (BATCH * N_KV_HEADS) + batch_kv) * group_size + head_in_group
+        head_in_group = pid % group_size
+        rest = pid // group_size
+        batch_kv = rest % (BATCH * N_KV_HEADS)
+        tile_order = rest // (BATCH * N_KV_HEADS)
+        batch = batch_kv // N_KV_HEADS
+        kv_head = batch_kv % N_KV_HEADS
+        q_head = kv_head * group_size + head_in_group
+    else:
+        # The graded kernel's order, kept to measure the difference (bench/dram_traffic.py): every
+        # query tile of one (batch, query head) back to back, then the next head.
+        n_tiles = tl.cdiv(SEQ_LEN, BLOCK_M)
+        tile_order = pid % n_tiles
+        batch = (pid // n_tiles) // N_Q_HEADS
+        q_head = (pid // n_tiles) % N_Q_HEADS
+        kv_head = q_head // group_size
     if CAUSAL:  # the heaviest query tiles first
         q_block = tl.cdiv(SEQ_LEN, BLOCK_M) - 1 - tile_order
     else:
         q_block = tile_order
-    batch = batch_kv // N_KV_HEADS
-    kv_head = batch_kv % N_KV_HEADS
-    q_head = kv_head * group_size + head_in_group
 
     q_start = q_block * BLOCK_M
     qk_scale = sm_scale * 1.4426950408889634  # log2(e)
@@ -295,12 +311,14 @@ def input_precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None):
+def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None, group_major=True):
     """Same contract as ``flash_attention_forward``; inputs are checked by the caller.
 
     Inputs the TMA cannot read are copied first into a layout it can (``readable``).
     ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages and optionally SUBTILES) skips the
     autotuner, for benchmarks; fp32 on a GPU takes ``FP32_CONFIG`` unless one is given.
+    ``group_major=False`` launches the programs in the graded kernel's order instead of the
+    KV-group-major one (to measure what the order is worth; same results either way).
     """
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
@@ -326,7 +344,8 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     kernel[grid](
         descs["q_desc"], descs["k_desc"], descs["v_desc"], descs["o_desc"], lse, *lse.stride()[:2],
         sm_scale, seq_len, batch, n_q_heads, n_kv_heads,
-        HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, INPUT_PRECISION=input_precision(q.dtype), **config,
+        HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, INPUT_PRECISION=input_precision(q.dtype), GROUP_MAJOR=group_major,
+        **config,
     )
     if not o.is_contiguous():  # rows were padded to 16 bytes: hand back a plain tensor
         o = o.contiguous()

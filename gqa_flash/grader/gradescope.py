@@ -4,18 +4,27 @@ Gradescope runs ``run_autograder`` once per submission in a container where
 the bundle is unpacked at ``/autograder/source`` and the student's files are
 in ``/autograder/submission``; it reads ``/autograder/results/results.json``
 (https://gradescope-autograders.readthedocs.io/en/latest/specs/). The bundle
-written here holds the course as a student release would (support modules,
+written here holds the course as the student edition does (support modules,
 the *stubs* of the graded modules, the graded tests; never ``solutions/``),
 an instructor's hidden tests if any, and two scripts:
 
 * ``setup.sh`` (run once, when Gradescope builds the image): a virtual
   environment with CPU-only torch (the image has no GPU, so kernels run in
   Triton's interpreter, in fp16 and fp32), triton, numpy, pytest and
-  pytest-timeout;
+  pytest-timeout. ``TORCH_INDEX_URL`` (default PyTorch's CPU index, empty for
+  pip's own) and ``TORCH_REQUIREMENT`` choose torch;
 * ``run_autograder``: ``python -m gqa_flash.grader /autograder/submission
-  --out /autograder/results/results.json``. ``AUTOGRADER_ROOT`` and
-  ``GQA_FLASH_PYTHON`` override ``/autograder`` and its Python, so that the
-  course's own tests can run it in a temporary folder.
+  --out /autograder/results/results.json``.
+
+``AUTOGRADER_ROOT`` moves ``/autograder`` (both scripts) and ``GQA_FLASH_PYTHON``
+overrides run_autograder's Python, so that the course's own tests can run the
+bundle in a temporary folder (tests/test_gradescope_layout.py: setup.sh and
+three submissions; tests/test_grade.py: run_autograder with the current Python).
+
+The fields of results.json written here, as Gradescope's specification names
+them: ``score``, ``execution_time``, ``output``, ``visibility``,
+``stdout_visibility`` and ``tests``, each test with ``name``, ``score``,
+``max_score``, ``status``, ``output`` and ``visibility``.
 """
 
 from __future__ import annotations

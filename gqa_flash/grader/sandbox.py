@@ -11,7 +11,7 @@ the next run nor for the next submission; :func:`tampered` says what it
 touched, so the instructor hears about it.
 
 The copy never holds ``solutions/``: a missing graded file gets the stub
-``python -m gqa_flash.grader.release`` would write. In a student release or a
+``python -m gqa_flash.grader.release`` would write. In the student edition or a
 Gradescope bundle, where there is no ``solutions/`` folder, the package's own
 graded files are the stubs.
 """

@@ -2,6 +2,8 @@
 
 Support code for the lessons, never graded and never edited by students:
 ``checks`` (the verdict of each exercise), ``viz`` and ``perf_plots`` (the
-pictures), ``bench`` (timings on a GPU: ``python -m gqa_flash.lab.bench``)
-and ``tiny_model`` (notebook 06's transformer).
+pictures), ``results`` (the committed H200 measurements, by topic, through
+``notebooks/data/INDEX.csv``), ``bench`` (timings on a GPU:
+``python -m gqa_flash.lab.bench``) and ``tiny_model`` (notebook 06's
+transformer).
 """

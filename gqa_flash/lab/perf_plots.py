@@ -2,7 +2,8 @@
 
 The CSVs come from ``python -m gqa_flash.lab.bench`` on a GPU (bench/forward_sweep.sh);
 the H200 runs are committed under ``notebooks/data`` so that students without a GPU
-see them too, and bench/RESULTS.md says what each file holds.
+see them too. ``gqa_flash.lab.results`` finds each by topic through
+``notebooks/data/INDEX.csv``, and bench/RESULTS.md discusses them.
 
 What a plot shows depends only on its arguments (the rows, and the ceilings
 that :func:`read_ceilings` returns), never on which notebook cells ran before:
@@ -62,6 +63,24 @@ def attention_min_bytes(batch, q_heads, kv_heads, seq_len, head_dim, elem_bytes=
     return qo + kv + batch * q_heads * seq_len * 4
 
 
+def attention_program_bytes(batch, q_heads, kv_heads, seq_len, head_dim, block_m, causal=True,
+                            elem_bytes=2) -> float:
+    """A model of the bytes a tiled forward pass reads and writes if no tile is found in a cache.
+
+    One program per BLOCK_M query rows of one query head: it reads its Q tile, reads K and V up to
+    its diagonal (all of them without the causal mask), and writes its O tile and LSE. K and V are
+    read once per query tile, so per query head that is about N^2 * D / BLOCK_M numbers of K and V
+    when causal (N / BLOCK_M programs, each reading half of K and half of V on average), against
+    2 * N * D for reading them once (:func:`attention_min_bytes`). ``kv_heads`` does not enter: every
+    program reads its own copy, whichever KV head it shares with others.
+    """
+    del kv_heads  # the model counts no sharing between programs; L2 is what shares
+    tiles = math.ceil(seq_len / block_m)
+    keys = sum(min(seq_len, (t + 1) * block_m) if causal else seq_len for t in range(tiles))
+    per_head = (2 * keys * head_dim + 2 * seq_len * head_dim) * elem_bytes + seq_len * 4  # K, V; Q, O; LSE
+    return batch * q_heads * per_head
+
+
 def plot_throughput(rows, ax, head_dim, matmul_tflops):
     """TFLOP/s against N, one line per provider, for one head dim, under the matmul ceiling (TFLOP/s)."""
     for provider, style in STYLE.items():
@@ -106,8 +125,13 @@ def plot_memory(rows, ax):
     ax.grid(alpha=0.3, which="both")
 
 
-def plot_roofline(rows, ax, matmul_tflops, copy_tbps):
-    """The roofline of the measured ceilings (TFLOP/s, TB/s) and where each provider's runs land on it."""
+def plot_roofline(rows, ax, matmul_tflops, copy_tbps, reread=()):
+    """The roofline of the measured ceilings (TFLOP/s, TB/s) and where each provider's runs land on it.
+
+    Each run sits at the intensity of the *minimum* traffic (:func:`attention_min_bytes`), far right of
+    the ridge by construction. ``reread`` adds points placed instead at the intensity of the
+    per-program traffic model (:func:`attention_program_bytes`): (label, FLOP per byte, TFLOP/s) each.
+    """
     xs = [10 ** (i / 20) for i in range(0, 81)]  # 1 .. 10^4 FLOP/byte
     roof = [min(matmul_tflops, x * copy_tbps) for x in xs]
     ax.plot(xs, roof, color="gray", linewidth=2, label="roofline (measured ceilings)")
@@ -122,14 +146,20 @@ def plot_roofline(rows, ax, matmul_tflops, copy_tbps):
             pts.append((intensity, float(r["tflops"])))
         if pts:
             ax.scatter(*zip(*pts), color=style["color"], marker=style["marker"], label=style["label"], s=18)
+    offsets = ((-112, 4), (10, -26), (10, 10))  # where each point's note goes, in points: apart from the others
+    for (label, intensity, tflops), color, offset in zip(reread, ("tab:brown", "tab:olive", "tab:cyan"), offsets):
+        ax.scatter([intensity], [tflops], color=color, marker="*", s=160, edgecolor="black", linewidth=0.5,
+                   label=label, zorder=3)
+        ax.annotate(f"{tflops:.0f} TFLOP/s measured;\nroof here {min(matmul_tflops, intensity * copy_tbps):.0f}",
+                    (intensity, tflops), xytext=offset, textcoords="offset points", fontsize=7)
     ridge = matmul_tflops / copy_tbps
     ax.axvline(ridge, color="gray", linestyle=":", linewidth=1)
-    ax.text(ridge, 20, f" ridge: {ridge:.0f} FLOP/byte", fontsize=8, color="gray")
+    ax.text(ridge, 0.03, f" ridge: {ridge:.0f} FLOP/byte", fontsize=8, color="gray", transform=ax.get_xaxis_transform())
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of the minimum traffic)")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title("H200 roofline: attention is compute-bound")
+    ax.set_title("H200 roofline, each run placed at its minimum traffic")
     ax.grid(alpha=0.3, which="both")
 
 

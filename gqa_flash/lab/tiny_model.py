@@ -110,3 +110,37 @@ def train(attention, steps=40, batch=16, digits=8, lr=3e-3, seed=0, device="cpu"
         if log_every and (step + 1) % log_every == 0:
             print(f"step {step + 1:4d}  loss {loss.item():.4f}")
     return losses
+
+
+@torch.no_grad()
+def accuracy(model, inputs, targets):
+    """(digit accuracy, sequence accuracy) of greedy next-token predictions on the sorted half."""
+    predicted = model(inputs).argmax(-1)
+    scored = targets != -100
+    right = (predicted == targets) | ~scored
+    return (right & scored).sum().item() / scored.sum().item(), right.all(dim=1).float().mean().item()
+
+
+def train_and_evaluate(attention, steps=600, batch=64, digits=8, lr=1e-3, seed=0, device="cpu",
+                       dtype=torch.float32, cfg: Config | None = None, eval_every=25, eval_batch=512):
+    """Train as :func:`train` does, and every eval_every steps measure the loss and the accuracy on a held-out
+    batch (drawn from its own generator, never trained on). Returns one dict per evaluation."""
+    cfg = cfg or Config()
+    torch.manual_seed(seed)
+    model = TinyGQATransformer(cfg, attention).to(device=device, dtype=dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    gen, held_out = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 2)
+    test_inputs, test_targets = sorting_batch(eval_batch, digits, held_out, device)
+    history = []
+    for step in range(1, steps + 1):
+        inputs, targets = sorting_batch(batch, digits, gen, device)
+        loss = F.cross_entropy(model(inputs).float().reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % eval_every == 0 or step == 1:
+            model.eval()
+            digit_acc, seq_acc = accuracy(model, test_inputs, test_targets)
+            model.train()
+            history.append(dict(step=step, train_loss=loss.item(), digit_accuracy=digit_acc, sequence_accuracy=seq_acc))
+    return history
