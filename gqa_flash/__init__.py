@@ -14,6 +14,7 @@ from gqa_flash.api import (
     flash_attention,
     fast_attention_backward,
     flash_attention_backward,
+    flash_decode,
     fast_attention_forward,
     flash_attention_forward,
     merge_softmax_states,
@@ -21,7 +22,7 @@ from gqa_flash.api import (
     online_softmax,
     tiled_attention,
 )
-from gqa_flash.reference import reference_attention, reference_gradients
+from gqa_flash.reference import reference_attention, reference_decode, reference_gradients
 from gqa_flash.runtime import describe
 
 __all__ = [
@@ -34,7 +35,9 @@ __all__ = [
     "flash_attention",
     "fast_attention_backward",
     "flash_attention_backward",
+    "flash_decode",
     "reference_attention",
+    "reference_decode",
     "reference_gradients",
     "describe",
     "runtime",

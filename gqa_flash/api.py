@@ -167,3 +167,27 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
     from gqa_flash import fast
 
     return _launch_backward(fast.fast_attention_backward, q, k, v, o, lse, do, causal, sm_scale)
+
+
+def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=None, num_splits=None,
+                 return_lse=False):
+    """Attention of a few new tokens over a KV cache, contiguous or paged (``decode.py``, bonus).
+
+    ``q`` is ``[B, Hq, Nq, D]`` with 1 <= Nq <= 16 new tokens; the cache is
+    ``[B, Hkv, S_max, D]`` (any strides), or with ``block_table`` ``[B,
+    max_pages]`` int32 the paged pool ``[num_blocks, page_size, Hkv, D]``;
+    ``cache_seqlens`` ``[B]`` int32 counts each sequence's valid positions,
+    the Nq new tokens (its last ones) included. New token i sits at position
+    ``cache_seqlens[b] - Nq + i`` and sees the positions up to its own.
+    ``num_splits`` cuts each context into that many chunks (None: a heuristic
+    that fills the GPU). Returns O ``[B, Hq, Nq, D]`` in q's dtype, and with
+    ``return_lse`` also the natural-log LSE ``[B, Hq, Nq]``, float32.
+    """
+    lengths = validation.check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, num_splits,
+                                             return_lse)
+    sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
+    if q.shape[0] == 0:
+        return _empty_result(q, return_lse)
+    return impl.load("decode").flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=block_table,
+                                            sm_scale=sm_scale, num_splits=num_splits, return_lse=return_lse,
+                                            max_seqlen=max(lengths))

@@ -113,10 +113,15 @@ def check_kernel_inputs(q, k, v) -> None:
             f"batch * n_q_heads must be at most 65535 for one launch; got q {_shape(q)} "
             f"({b} * {hq} = {b * hq}); split the batch"
         )
+    _check_runs_here(q, "q, k and v")
+
+
+def _check_runs_here(q, names: str) -> None:
+    """q's device and dtype (shared by the tensors ``names``) suit the Triton kernels on this machine."""
     if runtime.DEVICE.type == "cuda":
         if q.device.type != "cuda":
             raise ValueError(
-                f"q, k and v are on {q.device} but the kernels are compiled for the GPU; "
+                f"{names} are on {q.device} but the kernels are compiled for the GPU; "
                 "move them with .cuda() (or run with TRITON_INTERPRET=1 for the CPU interpreter)"
             )
     if q.dtype not in runtime.supported_dtypes():
@@ -127,6 +132,96 @@ def check_kernel_inputs(q, k, v) -> None:
             else ""
         )
         raise TypeError(
-            f"q, k and v have dtype {_dtype(q.dtype)}, which the Triton kernel does not support "
+            f"{names} have dtype {_dtype(q.dtype)}, which the Triton kernel does not support "
             f"here{why}; use one of {allowed}"
         )
+
+
+MAX_NEW_TOKENS = 16  # flash_decode: new tokens per sequence and call
+
+
+def check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, return_lse) -> list[int]:
+    """What ``flash_decode`` accepts; returns ``cache_seqlens`` as a list of ints (read once, here).
+
+    ``q`` is ``[batch, n_q_heads, n_new, head_dim]``; the cache is
+    ``[batch, n_kv_heads, max_seqlen, head_dim]``, or, with ``block_table``
+    ``[batch, max_pages]`` int32, the paged pool ``[num_blocks, page_size,
+    n_kv_heads, head_dim]``; ``cache_seqlens`` is ``[batch]`` int32.
+    """
+    paged = block_table is not None
+    cache_layout = ("[num_blocks, page_size, n_kv_heads, head_dim] (a paged cache: block_table is given)" if paged
+                    else "[batch, n_kv_heads, max_seqlen, head_dim] (a contiguous cache: no block_table)")
+    check_tensor("q", q)
+    if q.dim() != 4:
+        raise ValueError(f"q must be 4-D [batch, n_q_heads, n_new, head_dim]; got shape {_shape(q)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check_tensor(name, t)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D {cache_layout}; got shape {_shape(t)}")
+    check_bool("return_lse", return_lse)
+    if num_splits is not None:
+        check_positive_int("num_splits", num_splits)
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise TypeError(
+            "q, k_cache and v_cache must share one dtype; got "
+            f"q {_dtype(q.dtype)}, k_cache {_dtype(k_cache.dtype)}, v_cache {_dtype(v_cache.dtype)}"
+        )
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have the same shape; got {_shape(k_cache)} and {_shape(v_cache)}")
+    b, hq, n_new, d = q.shape
+    if paged:
+        n_blocks, page_size, hkv, dk = k_cache.shape
+    else:
+        bk, hkv, capacity, dk = k_cache.shape
+        if bk != b:
+            raise ValueError(f"k_cache {cache_layout} must hold q's batch of {b}; got {_shape(k_cache)}")
+    if d != dk or not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"q and k_cache must share one head_dim of 1 to {MAX_HEAD_DIM}; got q {_shape(q)} and "
+                         f"k_cache {_shape(k_cache)}")
+    if hq < 1 or hkv < 1 or hq % hkv != 0:
+        raise ValueError(f"the number of query heads ({hq}, q {_shape(q)}) must be a multiple of the number of "
+                         f"key/value heads ({hkv}, k_cache {_shape(k_cache)} {cache_layout})")
+    if not 1 <= n_new <= MAX_NEW_TOKENS:
+        raise ValueError(f"q must hold 1 to {MAX_NEW_TOKENS} new tokens (dim 2); got {n_new}, q {_shape(q)}")
+    if b * hkv > 65535:  # the launch grid's third axis: one program column per (batch, KV head)
+        raise ValueError(f"batch * n_kv_heads must be at most 65535 for one launch; got {b} * {hkv}: split the batch")
+
+    tensors = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens)]
+    if not isinstance(cache_seqlens, torch.Tensor):
+        raise TypeError(f"cache_seqlens must be a torch.Tensor of int32, got {type(cache_seqlens).__name__}")
+    if cache_seqlens.dtype != torch.int32:
+        raise TypeError(f"cache_seqlens must be int32, got {_dtype(cache_seqlens.dtype)}")
+    if tuple(cache_seqlens.shape) != (b,):
+        raise ValueError(f"cache_seqlens must be [batch] = [{b}]; got {_shape(cache_seqlens)}")
+    if paged:
+        if not isinstance(block_table, torch.Tensor):
+            raise TypeError(f"block_table must be a torch.Tensor of int32 or None, got {type(block_table).__name__}")
+        if block_table.dtype != torch.int32:
+            raise TypeError(f"block_table must be int32, got {_dtype(block_table.dtype)}")
+        if block_table.dim() != 2 or block_table.shape[0] != b:
+            raise ValueError(f"block_table must be [batch, max_pages] with batch {b}; got {_shape(block_table)}")
+        tensors.append(("block_table", block_table))
+        capacity = block_table.shape[1] * page_size
+    devices = {t.device for _, t in tensors}
+    if len(devices) != 1:
+        raise ValueError("q, k_cache, v_cache, cache_seqlens and block_table must be on one device; got "
+                         + ", ".join(f"{name} on {t.device}" for name, t in tensors))
+    _check_runs_here(q, "q, k_cache and v_cache")
+
+    # One read of the lengths (and of the pages they use) on the host; the kernel trusts them.
+    lengths = [int(n) for n in cache_seqlens.tolist()]
+    for i, n in enumerate(lengths):
+        if n < n_new:
+            raise ValueError(f"cache_seqlens[{i}] = {n} is smaller than q's {n_new} new tokens, which are the last "
+                             "positions of the cache (q is [batch, n_q_heads, n_new, head_dim])")
+        if n > capacity:
+            raise ValueError(f"cache_seqlens[{i}] = {n} is longer than the cache: {capacity} positions "
+                             + (f"({block_table.shape[1]} pages of {page_size})" if paged
+                                else f"(k_cache {_shape(k_cache)})"))
+    if paged:
+        for i, row in enumerate(block_table.tolist()):
+            used = row[: -(-lengths[i] // page_size)]
+            if used and not 0 <= min(used) <= max(used) < n_blocks:
+                raise ValueError(f"block_table[{i}] names pages outside the pool of {n_blocks} pages "
+                                 f"(k_cache {_shape(k_cache)}): {used}")
+    return lengths

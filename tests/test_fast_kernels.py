@@ -1,7 +1,7 @@
 """The fast kernels (``gqa_flash/fast/``) work in a copy of the course without solutions/.
 
 The course is published to students without the completed graded files, so the fast kernels
-must carry everything they need: fp32 inputs, layouts the copy engine cannot read and the
+must carry everything they need: fp32 inputs, layouts the TMA cannot read and the
 backward's D = rowsum(dO * O) included. This test copies the package (and pyproject.toml) into
 pytest's tmp_path, without solutions/, and runs the fast kernels there in a fresh interpreter
 whose graded files are the student stubs (GQA_FLASH_IMPL=student). An audit hook in that
@@ -56,7 +56,7 @@ CHILD = textwrap.dedent('''
 
     def inputs(layout, dtype, d, seed, b=1, hq=4, hkv=2, n=37):
         gen = torch.Generator().manual_seed(seed)
-        if layout == "transposed":  # q's last dim has stride n: the copy engine cannot read it
+        if layout == "transposed":  # q's last dim has stride n: the TMA cannot read it
             q = torch.randn(b, hq, d, n, generator=gen).to(dtype).transpose(-1, -2)
             assert q.stride(-1) != 1
         else:
@@ -67,7 +67,7 @@ CHILD = textwrap.dedent('''
         return q, k, v, do
 
 
-    CASES = [  # q's layout, dtype, head dim (20 fp16: 40-byte rows, which the copy engine cannot read)
+    CASES = [  # q's layout, dtype, head dim (20 fp16: 40-byte rows, which the TMA cannot read)
         ("contiguous", torch.float16, 32),
         ("transposed", torch.float16, 32),
         ("contiguous", torch.float16, 20),

@@ -35,9 +35,15 @@ def test_required_modules_are_worth_100_points():
     assert total == 100, f"the required graded tests are worth {total} points, not 100"
 
 
-def test_bonus_is_worth_20_points():
-    total = sum(m.get("points", 0) for f, _, m in graded_tests() if f in BONUS)
-    assert total == 20, f"the bonus graded tests are worth {total} points, not 20"
+# Each bonus module's points, on top of the 100.
+BONUS_POINTS = {"test_backward.py": 20, "test_decode.py": 15}
+
+
+def test_each_bonus_is_worth_its_points():
+    assert set(BONUS_POINTS) == BONUS, f"bonus modules without their points here: {BONUS ^ set(BONUS_POINTS)}"
+    for name, points in BONUS_POINTS.items():
+        total = sum(m.get("points", 0) for f, _, m in graded_tests() if f == name)
+        assert total == points, f"the graded tests of {name} are worth {total} points, not {points}"
 
 
 def test_every_graded_file_is_required_or_bonus():

@@ -65,7 +65,7 @@ def test_forward_strides_on_gpu(layout, kernel, seed):
     assert rel < 1e-2
 
 
-UNREADABLE_CASES = [  # (layout, dtype, D): inputs the copy engine cannot read, which the fast kernel copies first
+UNREADABLE_CASES = [  # (layout, dtype, D): inputs the TMA cannot read, which the fast kernel copies first
     ("strided", torch.bfloat16, 128),  # last-dim stride 2
     ("contiguous", torch.float16, 20),  # 40-byte rows, not a multiple of 16 bytes
     ("strided", torch.float32, 64),
