@@ -3,7 +3,9 @@
 ``GQA_FLASH_IMPL=student`` (the default) uses the graded files in ``gqa_flash/``,
 the ones a student edits. ``GQA_FLASH_IMPL=solutions`` uses ``solutions/`` at the
 top of the course. Notebooks, tests and the grader all go through :func:`load`,
-so one variable decides for all of them.
+so one variable decides for all of them. The practice files
+(``layout.PRACTICE_MODULES``: written like the graded ones, checked in a notebook,
+never graded) go through it too.
 
 :func:`load` re-imports a graded file when it changed on disk, so a student who
 edits ``gqa_flash/forward.py`` and re-runs a notebook cell gets the new code
@@ -20,7 +22,7 @@ from types import ModuleType
 
 from gqa_flash import runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel is defined)
 
-from gqa_flash.layout import COURSE_DIR, GRADED_MODULES, PACKAGE_DIR
+from gqa_flash.layout import COURSE_DIR, GRADED_MODULES, PACKAGE_DIR, PRACTICE_MODULES
 
 CHOICES = ("student", "solutions")
 # The completed graded files: the one place in the package that names them.
@@ -52,13 +54,14 @@ def source_dir(choice: str | None = None) -> Path:
 
 
 def path_of(name: str, choice: str | None = None) -> Path:
-    if name not in GRADED_MODULES:
-        raise ValueError(f"unknown graded module {name!r}; expected one of {', '.join(GRADED_MODULES)}")
+    if name not in GRADED_MODULES + PRACTICE_MODULES:
+        raise ValueError(f"unknown graded module {name!r}; expected one of {', '.join(GRADED_MODULES)} "
+                         f"(or a practice module: {', '.join(PRACTICE_MODULES)})")
     return source_dir(choice) / f"{name}.py"
 
 
 def load(name: str, choice: str | None = None) -> ModuleType:
-    """The graded module ``name`` from the chosen implementation, fresh if it changed."""
+    """The graded (or practice) module ``name`` from the chosen implementation, fresh if it changed."""
     choice = choice or current()
     path = path_of(name, choice)
     mtime = path.stat().st_mtime_ns

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import nbformat as nbf
 
+import performance_notebook_traffic as traffic_section  # tools/: the launch-order exercise's cells
 from gqa_flash.lab import perf_plots as pp
 from gqa_flash.lab import results
 
 # The topics this notebook reads (notebooks/data/INDEX.csv), in the order it reads them.
 TOPICS = ("forward_main", "forward_main_fast_shipped", "forward_other_shapes", "memory", "ceilings",
-          "graded_tiles", "fast_forward_tiles", "forward_first", "fast_subtiles", "lazy_rescaling", "environment")
+          "graded_tiles", "fast_forward_tiles", "forward_first", "fast_subtiles", "lazy_rescaling", "environment",
+          "launch_order_traffic")
 problems = results.unindexed()
 assert not problems, "notebooks/data and INDEX.csv disagree:\n" + "\n".join(problems)
 FILE = {topic: results.path(topic).name for topic in TOPICS}  # a KeyError names a topic missing from the index
@@ -128,6 +130,9 @@ NUM["lazy_plain"] = lazy_loss(("fast_128x128_w8_s3", "fast_128x64_w8_s3"))
 NUM["lazy_sub"] = lazy_loss(("fast_256x64_w8_s3_sub2", "fast_128x64_w4_s3_sub2"))
 
 
+NUM["order_bytes"] = traffic_section.NUM["ratio_span"]
+
+
 def fill(text):
     """Put the numbers (<<name>>) and the file names (<<file:topic>>) into a markdown cell."""
     for topic, name in FILE.items():
@@ -149,7 +154,9 @@ on an NVIDIA H200, each kernel beside PyTorch's own attention timed in the same 
 
 1. **Two numbers first**: how much arithmetic attention does, and how few bytes it must move.
    Their ratio says which of the GPU's two ceilings (matrix math or memory) could limit a kernel.
-2. **The roofline** of the H200, where each kernel lands on it, and how many bytes a kernel really moves.
+2. **The roofline** of the H200, where each kernel lands on it, and how many bytes a kernel really moves;
+   then a practice exercise: a small model of L2 that predicts the DRAM bytes of two launch orders, set
+   beside what the H200 measured.
 3. **The measured curves**: TFLOP/s against sequence length for the course's kernels, cuDNN and
    FlashAttention-2; other shapes (MHA, MQA, non-causal, fp16, head_dim 96 and 256); and where
    FlashAttention-2, FlashAttention-3 and cuDNN stand.
@@ -237,63 +244,8 @@ ax.legend(fontsize=7, loc="upper left")
 plt.show()
 print(results.cite("forward_main"))
 """))
+cells += traffic_section.cells(md, code)  # what a program reads; launch order, L2 and the exercise
 cells.append(md(r"""
-### What a program really reads
-
-Notebook 03 counted the traffic of the tiled walk. A program owns BLOCK_M query rows of one query
-head: it reads its $Q$ tile once, but it reads $K$ and $V$ from the first key up to its diagonal, and
-every query tile does the same. So $K$ and $V$ are read once per query tile, not once in all: per query
-head about $N^2 d / \text{BLOCK\_M}$ numbers under the causal mask ($N / \text{BLOCK\_M}$ programs,
-each reading on average half of $K$ and half of $V$), against $2Nd$ to read them once. If every one of
-those tile reads went to DRAM, the intensity would be about BLOCK_M FLOP per byte, below the ridge.
-`pp.attention_program_bytes` is this model; the cell evaluates it for the main case at N = 16k,
-head_dim 128, and sets beside it the graded kernel measured at two fixed tiles (<<file:graded_tiles>>).
-"""))
-cells.append(code(r"""
-b, hq, hkv, n, d = 1, 32, 8, 16384, 128
-flops = pp.attention_flops(b, hq, n, d, causal=True)
-print(f"model, N = {n}, head_dim {d}, GQA 32:8, causal, bf16: {flops / 1e12:.2f} TFLOP")
-print(f"{'traffic':34s} {'GiB':>6s} {'FLOP/byte':>10s} {'TFLOP/s at most, from DRAM':>27s}")
-traffic = [("minimum: Q, K, V, O once", pp.attention_min_bytes(b, hq, hkv, n, d))]
-traffic += [(f"K, V once per tile, BLOCK_M = {bm}", pp.attention_program_bytes(b, hq, hkv, n, d, bm))
-            for bm in (64, 128)]
-for label, nbytes in traffic:
-    intensity = flops / nbytes
-    print(f"{label:34s} {nbytes / 2**30:6.2f} {intensity:10.0f} {min(matmul_tflops, intensity * copy_tbps):27.0f}")
-
-print(f"\nmeasured: the graded kernel at fixed tiles, head_dim {d}, N = {n}")
-print(results.cite("graded_tiles"))
-reread = []
-for tile, bm in (("64x64_w4_s3", 64), ("128x128_w8_s3", 128)):
-    row = next(r for r in graded_tiles if r["provider"] == "graded_" + tile and int(r["d"]) == d and int(r["n"]) == n)
-    intensity = flops / pp.attention_program_bytes(b, hq, hkv, n, d, bm)
-    print(f"  {tile:14s} {float(row['tflops']):4.0f} TFLOP/s; with every K/V tile from DRAM at most "
-          f"{intensity * copy_tbps:4.0f}")
-    label = f"graded {tile.split('_')[0]}: measured, at the per-program traffic"
-    reread.append((label, intensity, float(row["tflops"])))
-
-fig, ax = plt.subplots(figsize=(7, 4.5))
-pp.plot_roofline([], ax, matmul_tflops, copy_tbps, reread=reread)
-ax.set_xlim(10, 2000)
-ax.set_ylim(50, 2500)
-ax.set_title("The same roof, two graded tiles placed at their per-program traffic")
-ax.legend(fontsize=7, loc="upper left")
-plt.show()
-"""))
-cells.append(md(r"""
-The 64×64 tile ran at <<t64_tflops>> TFLOP/s, well above the <<bound64>> TFLOP/s that DRAM could feed
-it if every $K$ and $V$ tile came from memory: its star sits *above* the roof. So a large share of those
-reads never reached DRAM. They were served by the L2 cache, which programs running at the same time
-share when they read the same $K$ and $V$: other query tiles of the same head, and the other query
-heads of the same GQA group. The 128×128 tile re-reads half as much (at most <<bound128>> TFLOP/s from
-DRAM alone) and sits under its roof. Attention on the H200 stays compute-bound, then, not by
-construction but because the tiles are large and the $K$/$V$ tiles are reused through L2: that is why
-the tile shape, GQA and the order in which programs launch matter (section 5).
-
-How many bytes actually crossed DRAM is itself a measurement: Nsight Compute (`ncu`) counts them
-(`dram__bytes_read.sum`). No such count is in the repository yet, so the model above is this
-notebook's estimate of the traffic, and the star above the roof is the evidence for reuse.
-
 ## 3. Throughput against sequence length
 
 Every launch processes 16k tokens (batch $= 16384 / N$), 32 query heads on 8 KV heads (Llama 3 8B's
@@ -355,9 +307,9 @@ print(pp.case_table(extra, providers=("course_graded", "course_fast", "sdpa_flas
 cells.append(md(r"""
 The fast kernel is level with cuDNN where $K$ and $V$ are shared across many query heads and the
 sequence is long: MQA (one KV head for 32 query heads) <<mqa>>×, fp16 <<fp16>>× and head_dim 96
-<<d96>>× at 16k. The launch order runs a KV group's query heads back to back, so their $K$/$V$ tiles
-come from L2. Where nothing is shared (MHA, 32:32) the order buys nothing and at 4k it falls to
-<<mha4k>>×. Without the causal mask it reaches <<noncausal>>×: there is no diagonal to skip, and cuDNN's
+<<d96>>× at 16k. Where each query head has its own KV head (MHA, 32:32) it falls to <<mha4k>>× at 4k.
+Do not credit the launch order for the difference: at the main shape it changed the DRAM bytes by
+<<order_bytes>>× and the time by under 1% (section 2). Without the causal mask it reaches <<noncausal>>×: there is no diagonal to skip, and cuDNN's
 lead on full tiles shows. head_dim 96 is padded to 128 inside the kernels (cuDNN itself reaches only
 <<sdpa_d96>> TFLOP/s there). At head_dim 256 the largest tiles, the 256×64 sub-tiled one among them,
 do not fit in shared memory (the kernel's `fits()` leaves them out), and the kernel stays at <<d256>>×.
@@ -434,8 +386,10 @@ kernel's launcher hands a short list of candidates to `triton.autotune` on a GPU
    tensor (its shape and strides). It pads ragged tails with zeros, instead of every thread computing
    addresses and issuing its own loads. (It is not one of the GPU's copy engines: those are DMA units
    for copies between host and device memory.)
-2. **Launch order**: the query heads of one KV group run back to back (their K/V tiles come from L2), and
-   the heaviest causal tiles (the last query blocks, which see the most keys) run first.
+2. **Launch order**: the heaviest causal tiles (the last query blocks, which see the most keys) run first,
+   and the query heads of one KV group run back to back, meant to share their K/V tiles through L2.
+   Section 2 measured that this order reads <<order_bytes>>× the DRAM bytes of the head-major order at the
+   main shape, in the same time: the sharing did not help there; heaviest-first is what the order buys.
 3. **One fused multiply-add per score**, and `tl.dot(p, v, acc)` accumulating in place.
 4. **Descriptors built once on the host** and passed to the kernel. The first version built them inside
    the kernel (`tl.make_tensor_descriptor`), which costs every program a write to global memory and a

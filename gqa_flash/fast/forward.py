@@ -282,7 +282,7 @@ def _kernel():
     return _tuned
 
 
-def copy_engine_can_read(t) -> bool:
+def tma_can_read(t) -> bool:
     """The TMA's rules: unit stride on the last dim, 16-byte aligned base and strides."""
     size = t.element_size()
     return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in t.stride()[:-1])
@@ -300,7 +300,7 @@ def empty_readable(shape, dtype, device):
 
 def readable(t):
     """``t`` itself when the TMA can read it, else a copy of it in a layout it can."""
-    if copy_engine_can_read(t):
+    if tma_can_read(t):
         return t
     return empty_readable(t.shape, t.dtype, t.device).copy_(t)
 

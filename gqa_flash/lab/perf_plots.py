@@ -201,3 +201,40 @@ def case_table(rows, providers=("course_graded", "course_fast", "sdpa_flash")) -
         tf = f"{float(base['tflops']):13.0f}" if base and base["status"] == "ok" else f"{'-':>13s}"
         lines.append(f"{label:42s} {n:6d} {tf} " + " ".join(vals))
     return "\n".join(lines)
+
+
+def launch_read_minimum(row, elem_bytes=2) -> float:
+    """The fewest bytes a forward launch must *read*: Q, K and V once (a row of topic launch_order_traffic)."""
+    b, hq, hkv, n, d = (int(row[c]) for c in ("batch", "q_heads", "kv_heads", "seq_len", "head_dim"))
+    return b * (hq + 2 * hkv) * n * d * elem_bytes
+
+
+def plot_launch_order_traffic(measured, model, axes):
+    """DRAM bytes read by two launch orders: ncu's count beside a model's, one panel per head dim.
+
+    ``measured`` holds the rows of topic ``launch_order_traffic``; ``model`` maps (setting label, order,
+    head_dim) to the model's bytes (None or empty: the measurement alone). Each panel's dotted line is Q, K and
+    V read once (:func:`launch_read_minimum`).
+    """
+    dims = sorted({int(r["head_dim"]) for r in measured})
+    settings = list(dict.fromkeys(label for label, _, _ in (model or {})))
+    colors = ("tab:blue", "tab:orange", "tab:green")
+    for ax, d in zip(axes, dims):
+        rows = [r for r in measured if int(r["head_dim"]) == d]
+        orders = [r["order"] for r in rows]
+        series = [("measured (ncu, DRAM bytes read)", [float(r["dram_read_bytes"]) for r in rows], "black")]
+        series += [(f"model, {label}", [model[(label, o, d)] for o in orders], color)
+                   for label, color in zip(settings, colors)]
+        width = 0.8 / len(series)
+        for i, (label, values, color) in enumerate(series):
+            xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(orders))]
+            bars = ax.bar(xs, [v / 1e6 for v in values], width, label=label, color=color,
+                          alpha=1.0 if i == 0 else 0.75)
+            ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=1)
+        ax.axhline(launch_read_minimum(rows[0]) / 1e6, color="gray", linestyle=":", linewidth=1.2,
+                   label="Q, K and V read once")
+        ax.set_xticks(range(len(orders)), orders)
+        ax.set_title(f"head_dim {d}")
+        ax.set_ylabel("DRAM bytes read (MB)")
+        ax.set_ylim(0, 1.15 * max(max(v for _, vs, _ in series for v in vs) / 1e6, 1))
+        ax.grid(alpha=0.3, axis="y")

@@ -30,6 +30,7 @@ One module per lesson:
     kernel_parts.py   notebook 04: forward.py Parts 4-6 (update, mask, epilogue), each alone
     kernel.py         notebook 04: the whole kernel, and its error map
     backward.py       notebook 06 (bonus): backward.py
+    traffic.py        notebook 05 (practice, not graded): traffic.py, launch order and an L2 model
 
 ``python -m gqa_flash.lab.checks`` prints :func:`progress`.
 """
@@ -44,6 +45,7 @@ from gqa_flash.lab.checks.kernel_walk import check_key_loop, check_load_tile, ch
 from gqa_flash.lab.checks.naive import check_naive
 from gqa_flash.lab.checks.softmax import check_block_state, check_merge_states, check_online_softmax
 from gqa_flash.lab.checks.tiled import check_tiled
+from gqa_flash.lab.checks.traffic import check_launch_order, check_traffic_model
 from gqa_flash.lab.checks.verdict import Verdict
 
 _REQUIRED = (check_naive, check_block_state, check_merge_states, check_online_softmax, check_tiled)
@@ -93,6 +95,8 @@ __all__ = [
     "check_gqa_sum",
     "check_dq",
     "check_backward",
+    "check_launch_order",
+    "check_traffic_model",
     "forward_error_map",
     "simulated_error_map",
     "KERNEL_BUGS",

@@ -36,6 +36,7 @@ PARTS = {
     "forward": {1: "_program_ids", 2: "_load_tile", 3: "_key_loop", 4: "_online_softmax_update",
                 5: "_mask_scores", 6: "_epilogue"},
     "backward": {1: "D = rowsum(dO * O)", 2: "dK and dV", 3: "the GQA sum", 4: "dQ"},
+    "traffic": {1: "launch_order", 2: "dram_bytes: the L2 model"},  # practice (notebook 05), not graded
 }
 BONUS = ("backward",)  # files beyond the 100 points (notebook 06)
 
