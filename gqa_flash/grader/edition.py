@@ -53,6 +53,7 @@ LEFT_OUT = (
     "gqa_flash/grader/release.py",  # writes the stubs from solutions/
     "gqa_flash/grader/edition.py",  # this file: writes the edition from the instructor's repository
     "bench/explore_",  # exploration scripts that load the solutions by name
+    "bench/out/",  # results of the bench scripts run here (git ignores them)
 )
 # The course's own checks that need no solutions: the edition's `make test` runs them.
 EDITION_TESTS = (
@@ -62,6 +63,7 @@ EDITION_TESTS = (
     "tests/test_points.py",  # the grading contract: points and timeouts
     "tests/test_runtime.py",  # GPU or interpreter, and the implementation switch
     "tests/test_validation.py",  # bad input gets an error naming the argument
+    "tests/test_bench_decode.py",  # the decode benchmark's logic, on a CPU
 )
 IGNORED_PARTS = {".git", ".venv", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".scratch", "build"}
 

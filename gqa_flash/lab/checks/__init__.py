@@ -30,6 +30,7 @@ One module per lesson:
     kernel_parts.py   notebook 04: forward.py Parts 4-6 (update, mask, epilogue), each alone
     kernel.py         notebook 04: the whole kernel, and its error map
     backward.py       notebook 06 (bonus): backward.py
+    decode.py         notebook 07 (bonus): decode.py, probes of its four parts and flash_decode whole
     traffic.py        notebook 05 (practice, not graded): traffic.py, launch order and an L2 model
 
 ``python -m gqa_flash.lab.checks`` prints :func:`progress`.
@@ -37,6 +38,9 @@ One module per lesson:
 
 from gqa_flash.lab.checks import backward, kernel, kernel_parts
 from gqa_flash.lab.checks.backward import check_backward, check_delta, check_dkdv, check_dq, check_gqa_sum
+from gqa_flash.lab.checks.decode import (
+    check_decode, check_decode_group_tile, check_decode_merge, check_decode_pages, check_decode_split,
+)
 from gqa_flash.lab.checks.kernel import (
     KERNEL_BUGS, ErrorMap, check_forward, forward_error_map, kernel_config, simulated_error_map,
 )
@@ -95,6 +99,11 @@ __all__ = [
     "check_gqa_sum",
     "check_dq",
     "check_backward",
+    "check_decode_group_tile",
+    "check_decode_pages",
+    "check_decode_split",
+    "check_decode_merge",
+    "check_decode",
     "check_launch_order",
     "check_traffic_model",
     "forward_error_map",

@@ -36,9 +36,10 @@ PARTS = {
     "forward": {1: "_program_ids", 2: "_load_tile", 3: "_key_loop", 4: "_online_softmax_update",
                 5: "_mask_scores", 6: "_epilogue"},
     "backward": {1: "D = rowsum(dO * O)", 2: "dK and dV", 3: "the GQA sum", 4: "dQ"},
+    "decode": {1: "_group_tile", 2: "_page_slots", 3: "_split_partial", 4: "_merge_splits"},
     "traffic": {1: "launch_order", 2: "dram_bytes: the L2 model"},  # practice (notebook 05), not graded
 }
-BONUS = ("backward",)  # files beyond the 100 points (notebook 06)
+BONUS = ("backward", "decode")  # files beyond the 100 points (notebooks 06 and 07)
 
 # The part a Triton kernel or helper belongs to, for compile errors (which
 # carry the kernel's source, not a line of your file). _backward_dkdv holds
@@ -46,6 +47,7 @@ BONUS = ("backward",)  # files beyond the 100 points (notebook 06)
 KERNEL_PARTS = {
     "forward": {name: part for part, name in PARTS["forward"].items()},
     "backward": {"_backward_preprocess": 1, "_backward_dq": 4},
+    "decode": {name: part for part, name in PARTS["decode"].items()},
 }
 
 
@@ -68,7 +70,7 @@ class Verdict:
 
     @property
     def bonus(self) -> bool:
-        """True for a bonus file's verdict (backward.py): not part of the 100 points."""
+        """True for a bonus file's verdict (backward.py, decode.py): not part of the 100 points."""
         return self.what.split(".py")[0] in BONUS
 
     def headline(self) -> str:
