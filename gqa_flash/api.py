@@ -162,8 +162,10 @@ def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
 
 def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
     """dQ, dK, dV from the course's fastest backward kernel (``fast/backward.py``, not graded):
-    same contract as :func:`flash_attention_backward`; dQ is summed with atomic adds, so its
-    last bits can change from run to run."""
+    same contract as :func:`flash_attention_backward`. By default dQ comes from a pass of its
+    own (the same bits every run); ``gqa_flash.fast.backward.fast_attention_backward(...,
+    dq_mode="atomic")`` adds it up with atomics in one pass instead (its last bits can change
+    from run to run)."""
     from gqa_flash import fast
 
     return _launch_backward(fast.fast_attention_backward, q, k, v, o, lse, do, causal, sm_scale)

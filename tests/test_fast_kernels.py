@@ -20,8 +20,9 @@ import pytest
 COURSE_DIR = Path(__file__).resolve().parents[1]
 
 # Runs in the copy. Each case: q's layout, dtype, head dim; forward (O and LSE) through
-# fast_attention_forward, then forward and backward through flash_attention(..., fast=True),
-# all against the float64 references with the course's tolerances.
+# fast_attention_forward, then forward and backward through flash_attention(..., fast=True)
+# (at these head dims the backward's default dQ mode is "atomic"), then the backward's other
+# mode, "separate", all against the float64 references with the course's tolerances.
 CHILD = textwrap.dedent('''
     import sys
     from pathlib import Path
@@ -42,6 +43,7 @@ CHILD = textwrap.dedent('''
 
     import gqa_flash
     from gqa_flash import impl
+    from gqa_flash.fast.backward import default_dq_mode, fast_attention_backward
     from gqa_flash.testing import assert_lse_matches, assert_matches, gradient_error
 
     assert Path(gqa_flash.__file__).resolve().is_relative_to(COPY), gqa_flash.__file__
@@ -79,9 +81,9 @@ CHILD = textwrap.dedent('''
         for causal in (True, False):
             ctx = f"{layout} {dtype} d={d} causal={causal}"
             ref, ref_lse = gqa_flash.reference_attention(q, k, v, causal=causal)
-            o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)
-            assert o.dtype == dtype and o.shape == q.shape, ctx
-            assert_matches("fast_attention_forward O", o, ref, dtype, ctx)
+            o_fast, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)
+            assert o_fast.dtype == dtype and o_fast.shape == q.shape, ctx
+            assert_matches("fast_attention_forward O", o_fast, ref, dtype, ctx)
             assert_lse_matches(lse, ref_lse, ctx)
 
             qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))  # clone keeps strides
@@ -93,6 +95,12 @@ CHILD = textwrap.dedent('''
             for name, t, r in zip("QKV", (qg, kg, vg), refs):
                 err, bound = gradient_error(t.grad, r, dtype)
                 assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e}; {ctx}"
+            assert default_dq_mode(32) == "atomic", "the default changed: test the other mode below"
+            grads = fast_attention_backward(q, k, v, o_fast, lse, do, causal=causal, dq_mode="separate")
+            for name, g, r in zip("QKV", grads, refs):
+                assert g.dtype == dtype and g.shape == r.shape, f"d{name}: {g.dtype} {list(g.shape)}; {ctx}"
+                err, bound = gradient_error(g, r, dtype)
+                assert err <= bound, f"separate d{name}: error {err:.3e} > {bound:.3e}; {ctx}"
             print("ok", ctx, flush=True)
     print("all fast-kernel cases passed")
 ''')

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash.fast import forward as fast_forward
+from gqa_flash.fast import backward as fast_backward, forward as fast_forward
 from gqa_flash.reference import reference_attention
 from gqa_flash.testing import LAYOUTS, assert_lse_matches, assert_matches, gradient_error, peaked_qkv, random_qkv
 
@@ -107,6 +107,57 @@ def test_gradients_with_very_negative_scores(causal, dtype, kernels, seed):
             # 1 seed in 20). An unmasked padding key gives inf or NaN, which no bound lets through.
             bound *= 4
         assert err <= bound, f"{kernels} d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"
+
+
+# The fast backward's two ways to compute dQ (gqa_flash/fast/backward.py), each forced whatever the head
+# dim would pick: one pass with atomic adds, or a dK/dV pass then a dQ pass. GQA 6:2, N = 45 (ragged for
+# every tile), head_dim 40 (padded to 64). O and LSE come from the float64 reference, so that only the
+# backward is under test.
+DQ_MODE_CASES = [  # (dQ mode, dtype, causal, q's layout, dQ kernel's tile (None: the interpreter's 32 x 16))
+    ("atomic", torch.float16, True, "contiguous", None),
+    ("atomic", torch.float32, False, "contiguous", None),
+    ("separate", torch.float16, True, "contiguous", None),
+    ("separate", torch.float16, False, "bnhd", None),
+    ("separate", torch.float32, True, "contiguous", None),
+    ("separate", torch.float32, False, "strided", None),
+    # More keys a step than query rows: the diagonal starts inside a key block, whose front is masked too.
+    ("separate", torch.float16, True, "contiguous", dict(BLOCK_M=16, BLOCK_N=32)),
+]
+
+
+def _dq_mode_id(case):
+    mode, dtype, causal, layout, tile = case
+    return f"{mode}-{str(dtype)[6:]}-{'causal' if causal else 'full'}-{layout}" + ("-dq16x32" if tile else "")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", DQ_MODE_CASES, ids=[_dq_mode_id(c) for c in DQ_MODE_CASES])
+def test_fast_backward_dq_modes_match_float64_autograd(case, seed):
+    dq_mode, dtype, causal, layout, dq_config = case
+    q, k, v = random_qkv(1, 6, 2, 45, 40, dtype=dtype, layout=layout, seed=seed)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q.device, dtype)
+    ref, ref_lse = reference_attention(q, k, v, causal=causal)
+    grads = fast_backward.fast_attention_backward(q, k, v, ref.to(dtype), ref_lse.float(), do, causal=causal,
+                                                  dq_mode=dq_mode, dq_config=dq_config)
+    for name, g, r in zip("QKV", grads, gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
+        assert g.dtype == dtype and g.shape == r.shape, f"{dq_mode} d{name}: {g.dtype} {list(g.shape)}"
+        err, bound = gradient_error(g, r, dtype)
+        assert err <= bound, f"{dq_mode} d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_fast_backward_separate_dq_with_very_negative_scores(causal, seed):
+    # As test_gradients_with_very_negative_scores, for the dQ kernel: every LSE near -100, so a padding key
+    # left unmasked in its ragged last key block (N = 40) would weigh e^100 and overflow.
+    q, k, v = peaked_qkv(seed=seed, block=0, seq_len=40)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).to(q.device, q.dtype)
+    ref, ref_lse = reference_attention(q, k, v, causal=causal)
+    grads = fast_backward.fast_attention_backward(q, k, v, ref.float(), ref_lse.float(), do, causal=causal,
+                                                  dq_mode="separate")
+    for name, g, r in zip("QKV", grads, gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
+        err, bound = gradient_error(g, r, q.dtype)
+        assert err <= bound, f"separate d{name}: error {err:.3e} > {bound:.3e}; seed {seed}"
 
 
 def test_bf16_works_in_the_pure_pytorch_modules():

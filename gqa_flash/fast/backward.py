@@ -6,34 +6,46 @@ dS = P * (dP - D)), and one program still owns one key block of one KV head
 and walks every query head of its group, so dK and dV are summed in
 registers. What changes:
 
-1. dQ in the same pass. The graded backward computes dQ in a second kernel,
-   which recomputes S = QK^T and dP = dO V^T for every tile: 7 matrix
-   products per tile instead of 5. Here the program that has dS^T for a
-   (key block, query block) tile also forms that tile's share of dQ,
-   dS @ K, and adds it into an fp32 dQ buffer with atomic adds; every key
-   block of the row adds its share. The price: additions arrive in no fixed
-   order, so dQ can differ in its last bits from run to run (dK and dV
-   cannot: they are summed in registers in a fixed order), and the atomics
-   themselves: on the H200 this wins at head_dim 64 and loses to the graded
-   backward at 128 (bench/RESULTS.md).
+1. dQ two ways, chosen per call (``dq_mode``). The graded backward computes
+   dQ in a second kernel, which recomputes S = QK^T and dP = dO V^T for
+   every tile: 7 matrix products per tile instead of 5.
+   ``"atomic"``: one pass. The program that has dS^T for a (key block,
+   query block) tile also forms that tile's share of dQ, dS @ K, and adds it
+   into an fp32 dQ buffer with atomic adds; every key block of the row adds
+   its share. The price: additions arrive in no fixed order, so dQ can
+   differ in its last bits from run to run (dK and dV cannot: they are
+   summed in registers in a fixed order), an fp32 buffer to zero, scale and
+   cast, and the atomics themselves, 8192 of them a 64 x 128 tile.
+   ``"separate"``: two passes, the graded design in this file's style. The
+   dK/dV kernel leaves dQ out (a constexpr switch, so the compiled kernel
+   holds no dQ tile in its registers or shared memory), and
+   ``_fast_dq_kernel`` owns one query block of one query head: it walks the
+   key blocks up to the diagonal and sums dS K in registers. Two products a
+   tile more than one pass, but no atomics and no fp32 buffer, and dQ
+   comes out the same bits every run.
+   Measured on the H200 in one run (``notebooks/data/h200_backward_dq_modes.csv``),
+   two passes won at every shape, and are the default (``default_dq_mode``):
+   see that function for the numbers.
 2. Masks only where they matter. Under the causal mask, the query blocks
    that overlap this key block (the diagonal) need the mask; every later
    query block sees the whole key block. Padding rows need no mask at all:
    the TMA loads them as zeros, so they add 0 to dK, dV and dQ. Only
    a ragged last key block is masked everywhere (a zero key against a very
-   negative LSE would overflow exp2).
+   negative LSE would overflow exp2). The dQ kernel likewise masks only the
+   key blocks on its diagonal, or the ragged last one.
 3. Tensor descriptors built on the host (the TMA, as in
-   ``gqa_flash/fast/forward.py``), and the heaviest key blocks first: under
+   ``gqa_flash/fast/forward.py``), and the heaviest blocks first: under
    the causal mask key block 0 is seen by every query, the last one by the
-   fewest.
+   fewest; for dQ the last query block sees the most keys.
 
 D = rowsum(dO * O) comes from a small kernel of its own (``_delta_kernel``).
 Inputs the TMA cannot read (a last dim with stride != 1, rows that
 are not a multiple of 16 bytes, an unaligned base; an incoming gradient
 expanded from a scalar is one) are copied first into a layout it can, as in
 the forward. fp32 runs the same kernels with ieee products and, on a GPU, a
-fixed small tile (``FP32_CONFIG``) instead of the autotuner. It runs in the
-interpreter too, so the CPU tests check it against float64 autograd.
+fixed small tile (``FP32_CONFIG``, ``DQ_FP32_CONFIG``) instead of the
+autotuner. It runs in the interpreter too, so the CPU tests check both modes
+against float64 autograd.
 
 Adding each dQ tile with one bulk reduction of the TMA
 (``desc.atomic_add``) instead of per-element atomics was measured and
@@ -69,8 +81,10 @@ def _delta_kernel(o_desc, do_desc, Delta, SEQ_LEN, N_HEADS, ROWS: tl.constexpr, 
 @triton.jit
 def _key_block_step(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
                     start, end, qk_scale, SEQ_LEN, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    """Add the query blocks start..end of one query head into dk, dv (registers) and DQ (atomics)."""
+                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, DQ_ATOMIC: tl.constexpr,
+                    INPUT_PRECISION: tl.constexpr):
+    """Add the query blocks start..end of one query head into dk, dv (registers) and, with
+    DQ_ATOMIC, into DQ (atomics)."""
     for m0 in tl.range(start, end, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         m_ok = offs_m < SEQ_LEN
@@ -89,23 +103,31 @@ def _key_block_step(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head
         dp_t = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
         ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk = tl.dot(ds_t, q, dk, input_precision=INPUT_PRECISION)
-        # This tile's share of dQ (sm_scale is applied once, on the host), one atomic add per element.
-        dq = tl.dot(tl.trans(ds_t), k, input_precision=INPUT_PRECISION)
-        dq_ptrs = DQ + (bh * SEQ_LEN + offs_m[:, None]) * HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_PAD)[None, :]
-        tl.atomic_add(dq_ptrs, dq, mask=m_ok[:, None], sem="relaxed")
+        if DQ_ATOMIC:  # a constexpr: in two-pass mode this code is not compiled at all
+            # This tile's share of dQ (sm_scale is applied once, on the host), one atomic add per element.
+            dq = tl.dot(tl.trans(ds_t), k, input_precision=INPUT_PRECISION)
+            dq_ptrs = DQ + (bh * SEQ_LEN + offs_m[:, None]) * HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_PAD)[None, :]
+            tl.atomic_add(dq_ptrs, dq, mask=m_ok[:, None], sem="relaxed")
     return dk, dv
 
 
-@triton.jit
+# Triton compiles an integer argument equal to 1 as a constant, so a batch of one (every 16k
+# sequence) or one KV head (MQA) would cost a compilation of every autotuner config of its own.
+# These three are only used for index arithmetic, once a program: left unspecialised.
+_HEAD_COUNTS = ["BATCH", "N_Q_HEADS", "N_KV_HEADS"]
+
+
+@triton.jit(do_not_specialize=_HEAD_COUNTS)
 def _fast_backward_kernel(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, DQ, LSE, Delta,
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr,
+    DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
-    """dK, dV of one key block of one KV head (summed over its group), and its share of dQ.
+    """dK, dV of one key block of one KV head (summed over its group), and with DQ_ATOMIC its share of dQ.
 
-    DQ is an fp32 [B, Hq, N, HEAD_DIM_PAD] buffer of zeros; LSE and Delta are [B, Hq, N] fp32.
+    DQ is an fp32 [B, Hq, N, HEAD_DIM_PAD] buffer of zeros (not touched without DQ_ATOMIC);
+    LSE and Delta are [B, Hq, N] fp32.
     """
     tl.static_assert(BLOCK_N % BLOCK_M == 0, "BLOCK_N must be a multiple of BLOCK_M")
     pid = tl.program_id(0)
@@ -131,37 +153,135 @@ def _fast_backward_kernel(
             dk, dv = _key_block_step(
                 dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
                 n0, tl.minimum(n0 + BLOCK_N, SEQ_LEN), qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M,
-                True, CAUSAL, INPUT_PRECISION)
+                True, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
             start = n0 + BLOCK_N  # every later query sees every key of the block
         else:
             start = 0
         if ragged:  # the last key block, with keys past SEQ_LEN: masked everywhere
             dk, dv = _key_block_step(
                 dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
-                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, INPUT_PRECISION)
+                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC,
+                INPUT_PRECISION)
         else:  # no mask at all
             dk, dv = _key_block_step(
                 dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
-                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False, CAUSAL, INPUT_PRECISION)
+                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False, CAUSAL, DQ_ATOMIC,
+                INPUT_PRECISION)
 
     dk = dk * sm_scale  # S = Q K^T * sm_scale, so dK picks up the scale once
     dk_desc.store([batch, kv_head, n0, 0], dk.to(dk_desc.dtype).reshape(1, 1, BLOCK_N, HEAD_DIM_PAD))
     dv_desc.store([batch, kv_head, n0, 0], dv.to(dv_desc.dtype).reshape(1, 1, BLOCK_N, HEAD_DIM_PAD))
 
 
+@triton.jit
+def _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_head, start, end, qk_scale, SEQ_LEN,
+                   BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                   INPUT_PRECISION: tl.constexpr):
+    """Add the key blocks start..end (in steps of BLOCK_N) of one KV head into one query block's dq."""
+    for n0 in tl.range(start, end, BLOCK_N):
+        k = k_desc.load([batch, kv_head, n0, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+        v = v_desc.load([batch, kv_head, n0, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
+        # The tile the other way round from _key_block_step: queries down the rows, so that dq
+        # comes out one row per query. P again from the scores and the saved LSE, exactly.
+        prob = tl.exp2(tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale - lse2[:, None])
+        if MASKED:
+            key = n0 + tl.arange(0, BLOCK_N)
+            seen = key[None, :] < SEQ_LEN
+            if CAUSAL:
+                seen = seen & (key[None, :] <= offs_m[:, None])
+            prob = tl.where(seen, prob, 0.0)  # before the product: a hidden key's exp2 may be inf
+        grad_p = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
+        grad_s = prob * (grad_p - delta[:, None])
+        dq = tl.dot(grad_s.to(k.dtype), k, dq, input_precision=INPUT_PRECISION)
+    return dq
+
+
+@triton.jit(do_not_specialize=_HEAD_COUNTS)
+def _fast_dq_kernel(
+    q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, Delta,
+    sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
+    HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
+    """dQ of one block of BLOCK_M queries of one query head (the second pass of ``dq_mode="separate"``).
+
+    Written straight into dq_desc, in the inputs' dtype: summed in fp32 registers in a fixed
+    order, scaled once, stored once (the TMA clips the rows past SEQ_LEN and the padded columns).
+    """
+    # pid = query_block_order * (BATCH * N_Q_HEADS) + batch * N_Q_HEADS + q_head: a block's
+    # neighbours in the launch are the other query heads of the same KV head, at the same row.
+    pid = tl.program_id(0)
+    bh = pid % (BATCH * N_Q_HEADS)
+    order = pid // (BATCH * N_Q_HEADS)
+    batch = bh // N_Q_HEADS
+    q_head = bh % N_Q_HEADS
+    kv_head = q_head // (N_Q_HEADS // N_KV_HEADS)
+    if CAUSAL:  # the last query block sees the most keys: it goes first
+        m_block = tl.cdiv(SEQ_LEN, BLOCK_M) - 1 - order
+    else:
+        m_block = order
+    m0 = m_block * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+
+    q = q_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
+    do = do_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
+    in_seq = offs_m < SEQ_LEN
+    row = bh.to(tl.int64) * SEQ_LEN + offs_m  # LSE and Delta are [B, Hq, N]
+    # A padding row reads LSE 0 and D 0; its dO is 0, so its dS is 0 and it adds nothing.
+    lse2 = tl.load(LSE + row, mask=in_seq, other=0.0) * 1.4426950408889634  # natural log to log2
+    delta = tl.load(Delta + row, mask=in_seq, other=0.0)
+    qk_scale = sm_scale * 1.4426950408889634
+    if CAUSAL:
+        # Key blocks that end before this query block starts are seen whole by every row; from
+        # there to the diagonal's end they are masked (all of it when BLOCK_N > BLOCK_M).
+        clear_end = (m0 // BLOCK_N) * BLOCK_N
+        last_key = tl.minimum(m0 + BLOCK_M, SEQ_LEN)
+    else:  # only a ragged last key block needs the mask
+        clear_end = (SEQ_LEN // BLOCK_N) * BLOCK_N
+        last_key = SEQ_LEN
+
+    dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    dq = _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_head, 0, clear_end, qk_scale,
+                        SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, INPUT_PRECISION)
+    dq = _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_head, clear_end, last_key,
+                        qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
+    dq = dq * sm_scale  # S = Q K^T * sm_scale: dQ picks the scale up once, here rather than on the host
+    dq_desc.store([batch, q_head, m0, 0], dq.to(dq_desc.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM_PAD))
+
+
+# Tiles on a GPU, chosen by the autotuner. Each config sets the descriptors' tile shapes before
+# its launch (pre_hook): a descriptor's block shape is part of the compiled kernel's signature.
 def _set_block_shapes(nargs):
     bm, bn, dp = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["HEAD_DIM_PAD"]
     for name, rows in (("q_desc", bm), ("do_desc", bm), ("k_desc", bn), ("v_desc", bn), ("dk_desc", bn),
-                       ("dv_desc", bn)):
-        nargs[name].block_shape = [1, 1, rows, dp]
+                       ("dv_desc", bn), ("dq_desc", bm)):
+        if name in nargs:  # the dK/dV kernel has no dq_desc, the dQ kernel no dk_desc or dv_desc
+            nargs[name].block_shape = [1, 1, rows, dp]
 
 
-# For fp16 and bf16; fp32 takes FP32_CONFIG.
-CONFIGS = [
-    triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=w, num_stages=st, pre_hook=_set_block_shapes)
-    for bm, bn, w, st in [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (32, 128, 8, 2), (32, 64, 4, 2),
-                          (32, 32, 4, 1)]
-]
+def _configs(tiles):
+    return [triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=w, num_stages=st, pre_hook=_set_block_shapes)
+            for bm, bn, w, st in tiles]
+
+
+# The dK/dV kernel: BLOCK_M queries a step, BLOCK_N keys a program (for fp16 and bf16; fp32 takes
+# FP32_CONFIG). One pass, measured (bench/RESULTS.md): 64 x 128 on 8 warps wins at head_dims 64 and 128.
+CONFIGS = _configs([(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (32, 128, 8, 2), (32, 64, 4, 2),
+                    (32, 32, 4, 1)])
+# Two passes: the same kernel without the dQ tile holds fewer registers. ptxas's report for sm_90
+# (Triton 3.8, compiled without a GPU) at head_dim 128: 64 x 128 spills in both modes, while
+# 32 x 128 with 3 stages and 32 x 64 on 8 warps spill nothing in two-pass mode; at 64, 64 x 128 with
+# 3 stages spills nothing. So this mode has its own candidates. The autotuner's picks on the H200
+# (h200_backward_dq_modes.csv): 64 x 64 on 4 warps at head_dim 64, 64 x 128 (32 x 128 at 1k) at 128.
+SEPARATE_CONFIGS = _configs([(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 3), (32, 128, 8, 2), (32, 64, 8, 3),
+                             (32, 64, 8, 2), (64, 64, 4, 2)])  # the last: the graded kernel's pick at 1k
+# The dQ kernel: BLOCK_M queries a program, BLOCK_N keys a step. Its registers hold dq (the forward's
+# accumulator), Q and dO, and the score and dP tiles; 128 rows want 8 warps, as in the forward (a
+# Hopper matrix instruction covers 64 rows per 4 warps). None of these spills at head_dim 64 or 128
+# (ptxas, as above; the Triton tutorial's 128 x 32 on 4 warps does at 128). Picked on the H200:
+# 128 x 64, 8 warps, 3 stages, but at head_dim 64, 1k (64 x 64, 4 warps).
+DQ_CONFIGS = _configs([(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 8, 3), (64, 32, 8, 2),
+                       (64, 64, 4, 2)])  # the last: the graded dQ kernel's pick at head_dim 128
 
 
 def _prune(configs, named_args, **kwargs):
@@ -171,22 +291,59 @@ def _prune(configs, named_args, **kwargs):
     return fits or configs
 
 
+def _prune_dq(configs, named_args, **kwargs):
+    """head_dim 256: 64 x 32 on 8 warps (128 KB of shared memory, no spill); the 128-row tiles
+    need more than the H200's 227 KB of shared memory or spill."""
+    args = {**named_args, **kwargs}
+    fits = [c for c in configs if args["HEAD_DIM_PAD"] <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 32]
+    return fits or configs
+
+
 INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32)
+DQ_INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16)  # the diagonal spans two key blocks, one half masked away
 # fp32 on a GPU: ieee products on the CUDA cores and 4-byte tiles; dK and dV of BLOCK_N keys live
 # in registers. The smallest tile, at every head dim: of the small tiles the one that spills fewest
 # registers (ptxas's report for sm_90, Triton 3.6). fp32 checks the maths, not the speed.
 FP32_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+# The dQ kernel spills at every small tile with ieee products (ptxas, sm_90, Triton 3.8); 32 x 16
+# on 8 warps least at head_dims 64 and 256, and within 5% of the least at 128.
+DQ_FP32_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=8, num_stages=1)
 DELTA_ROWS = 64  # rows of D a program computes on a GPU (16 in the interpreter)
-_tuned = None
+_KEY = ["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL"]
+_tuned = {}
 
 
-def _kernel():
-    global _tuned
-    if _tuned is None:
-        _tuned = triton.autotune(configs=CONFIGS, key=["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL"],
-                                 prune_configs_by={"early_config_prune": _prune},
-                                 reset_to_zero=["DQ"])(_fast_backward_kernel)
-    return _tuned
+def _kernel(name):
+    """The autotuned kernel for "atomic" or "separate" (the dK/dV kernel in that mode) or "dq".
+
+    One autotuner a mode, each with its own cache of best tiles; only the one-pass kernel adds
+    into DQ, so only its trials must zero DQ again (``reset_to_zero``)."""
+    if name not in _tuned:
+        if name == "dq":
+            tuner = triton.autotune(configs=DQ_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune_dq})
+            _tuned[name] = tuner(_fast_dq_kernel)
+        else:
+            extra = dict(reset_to_zero=["DQ"]) if name == "atomic" else {}
+            tuner = triton.autotune(configs=CONFIGS if name == "atomic" else SEPARATE_CONFIGS, key=_KEY,
+                                    prune_configs_by={"early_config_prune": _prune}, **extra)
+            _tuned[name] = tuner(_fast_backward_kernel)
+    return _tuned[name]
+
+
+def _launch(kernel, name, grid, descs, config, interpreter_config, fp32_config, dtype, head_dim_pad, *args,
+            **constexprs):
+    """Run ``kernel`` on fixed tiles (``config``; the interpreter's; fp32's) or autotuned (``_kernel(name)``)."""
+    if config is None and runtime.INTERPRETER:
+        config = interpreter_config
+    elif config is None and dtype == torch.float32:
+        config = fp32_config
+    if config is not None:
+        config = dict(config)
+        _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
+    else:
+        kernel, config = _kernel(name), {}
+    kernel[grid](*descs.values(), *args, HEAD_DIM_PAD=head_dim_pad, INPUT_PRECISION=input_precision(dtype),
+                 **constexprs, **config)
 
 
 def _delta(o, do, head_dim_pad):
@@ -200,39 +357,62 @@ def _delta(o, do, head_dim_pad):
     return delta
 
 
-def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, config=None):
+DQ_MODES = ("atomic", "separate")
+
+
+def default_dq_mode(head_dim_pad) -> str:
+    """The mode ``dq_mode=None`` takes: two passes, at every head dim. Measured on the H200
+    (bench/backward_dq_modes.py, ``notebooks/data/h200_backward_dq_modes.csv``; bf16, causal, 32:8
+    heads, 16k tokens a launch), two passes beat one at all six shapes: ratio to cuDNN's backward
+    1.05 / 0.89 / 0.84 against 0.80 / 0.77 / 0.73 at head_dim 64 (N = 1k / 4k / 16k), and 0.83 /
+    0.81 / 0.77 against 0.59 / 0.66 / 0.65 at 128; the graded backward ran 0.97 / 0.74 / 0.69 and
+    0.86 / 0.74 / 0.69. The prediction had been one pass at 64."""
+    return "separate"
+
+
+def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, config=None, dq_mode=None,
+                            dq_config=None):
     """Same contract as ``flash_attention_backward``; inputs are checked by the caller.
 
-    Inputs the TMA cannot read are copied first into a layout it can. ``config``
-    (BLOCK_M, BLOCK_N, num_warps, num_stages) skips the autotuner, for benchmarks; fp32 on a
-    GPU takes ``FP32_CONFIG`` unless one is given.
+    ``dq_mode``: ``"atomic"`` (one pass, dQ added with atomics), ``"separate"`` (a dK/dV pass,
+    then a dQ pass), or None for ``default_dq_mode``. Inputs the TMA cannot read are copied
+    first into a layout it can. ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages) fixes the
+    dK/dV kernel's tile and ``dq_config`` the dQ kernel's, skipping the autotuner, for
+    benchmarks; fp32 on a GPU takes ``FP32_CONFIG`` and ``DQ_FP32_CONFIG`` unless given.
     """
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
     if sm_scale is None:
         sm_scale = head_dim ** -0.5
-    q, k, v, o, do = (readable(t) for t in (q, k, v, o, do))
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
+    dq_mode = default_dq_mode(head_dim_pad) if dq_mode is None else dq_mode
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be one of {', '.join(DQ_MODES)} or None; got {dq_mode!r}")
+    atomic = dq_mode == "atomic"
+    q, k, v, o, do = (readable(t) for t in (q, k, v, o, do))
     lse = lse.float().contiguous()
     delta = _delta(o, do, head_dim_pad)
-    dq = torch.zeros((batch, n_q_heads, seq_len, head_dim_pad), dtype=torch.float32, device=q.device)
     dk = empty_readable((batch, n_kv_heads, seq_len, head_dim), k.dtype, k.device)
     dv = empty_readable((batch, n_kv_heads, seq_len, head_dim), v.dtype, v.device)
-    descs = {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad]) for name, t in (
-        ("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dk_desc", dk), ("dv_desc", dv))}
-    if config is None and runtime.INTERPRETER:
-        config = INTERPRETER_CONFIG
-    elif config is None and q.dtype == torch.float32:
-        config = FP32_CONFIG
-    if config is not None:
-        kernel, config = _fast_backward_kernel, dict(config)
-        _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
+    sizes = (sm_scale, seq_len, batch, n_q_heads, n_kv_heads)
+
+    def descriptors(*named):  # placeholder tile shapes; _set_block_shapes puts the real ones in
+        return {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad]) for name, t in named}
+
+    # One-pass mode adds into an fp32 buffer of zeros, padded to HEAD_DIM_PAD columns; two-pass mode
+    # never reads DQ (pass any fp32 tensor: delta, which the autotuner then leaves alone).
+    dq_sum = torch.zeros((batch, n_q_heads, seq_len, head_dim_pad), dtype=torch.float32,
+                         device=q.device) if atomic else delta
+    _launch(_fast_backward_kernel, dq_mode, lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,),
+            descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dk_desc", dk), ("dv_desc", dv)),
+            config, INTERPRETER_CONFIG, FP32_CONFIG, q.dtype, head_dim_pad, dq_sum, lse, delta, *sizes,
+            CAUSAL=causal, DQ_ATOMIC=atomic)
+    if atomic:
+        dq = (dq_sum[..., :head_dim] * sm_scale).to(q.dtype)
     else:
-        kernel, config = _kernel(), {}
-    grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,)  # noqa: E731
-    kernel[grid](
-        *descs.values(), dq, lse, delta, sm_scale, seq_len, batch, n_q_heads, n_kv_heads,
-        HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, INPUT_PRECISION=input_precision(q.dtype), **config,
-    )
-    dq = (dq[..., :head_dim] * sm_scale).to(q.dtype).contiguous()
-    return dq, dk.contiguous(), dv.contiguous()
+        dq = empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
+        _launch(_fast_dq_kernel, "dq", lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]) * batch * n_q_heads,),
+                descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dq_desc", dq)),
+                dq_config, DQ_INTERPRETER_CONFIG, DQ_FP32_CONFIG, q.dtype, head_dim_pad, lse, delta, *sizes,
+                CAUSAL=causal)
+    return dq.contiguous(), dk.contiguous(), dv.contiguous()

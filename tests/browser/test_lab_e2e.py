@@ -106,11 +106,12 @@ def _free_port() -> int:
 
 
 def _stub_course(dest: Path) -> Path:
-    """A copy of the course (Makefile, pyproject.toml, notebooks/, gqa_flash/) whose graded files are the stubs."""
+    """A copy of the course (Makefile, course.mk, pyproject.toml, notebooks/, gqa_flash/) whose graded files are
+    the stubs."""
     from gqa_flash.grader import release
 
     ignore = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
-    for name in ("Makefile", "pyproject.toml"):
+    for name in ("Makefile", "course.mk", "pyproject.toml"):
         shutil.copy2(COURSE / name, dest / name)  # copy2 keeps the mtime: make compares it with .venv/.installed
     shutil.copytree(COURSE / "notebooks", dest / "notebooks", ignore=ignore)
     shutil.copytree(COURSE / "gqa_flash", dest / "gqa_flash", ignore=ignore)
@@ -366,7 +367,9 @@ def lab(request, tmp_path_factory, browser_summary):
         env["PYTHONPATH"] = str(course)
         # `setup` must see the venv as installed: otherwise make would rebuild the shared venv from the copy.
         q = subprocess.run(["make", "-q", "-C", str(course), "setup", f"VENV={venv}"], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           capture_output=True, text=True)
+        if q.returncode == 2:  # make itself failed (a file of the copy missing, say), not an old .installed
+            pytest.fail(f"make -q setup failed in the stub copy: {q.stderr.strip()}")
         if q.returncode != 0:
             pytest.fail(f"{venv}/.installed is older than pyproject.toml: run `make setup` first "
                         "(the stub copy would otherwise reinstall the shared virtualenv)")
