@@ -56,17 +56,19 @@ def _bytes_axis(ax):
 # --------------------------------------------------------------------------
 
 
-def plot_attention_cost(n_heads=32, head_dim=128, bytes_per=2, hbm_tb_s=4.8, tflops=989.0, gpu_gib=141):
+def plot_attention_cost(n_heads=32, n_kv_heads=8, head_dim=128, bytes_per=2, hbm_tb_s=4.8, tflops=989.0,
+                        gpu_gib=141):
     """Memory and time of one attention layer (one sequence) as the context grows, naive vs fused.
 
-    Naive: S = Q K^T and P = softmax(S) are N x N per head, written to GPU memory
-    (HBM) and read back. Fused (FlashAttention): only Q, K, V and O travel.
+    Naive: S = Q K^T and P = softmax(S) are N x N per query head, written to GPU
+    memory (HBM) and read back. Fused (FlashAttention): only Q, K, V and O travel,
+    Q and O with ``n_heads`` heads, K and V with ``n_kv_heads`` (GQA).
     Time is estimated from the bytes at ``hbm_tb_s`` and the FLOPs at ``tflops``
     (an H200 in bf16), whichever is slower.
     """
     n = np.logspace(np.log2(512), np.log2(131072), 40, base=2)
     naive_mem = n * n * n_heads * bytes_per  # S (and P, which can overwrite it)
-    fused_mem = 4 * n * n_heads * head_dim * bytes_per  # Q, K, V, O
+    fused_mem = 2 * n * (n_heads + n_kv_heads) * head_dim * bytes_per  # Q and O, K and V
     flops = 4 * n * n * head_dim * n_heads / 2  # causal: half the matrix
     naive_bytes = fused_mem + 4 * n * n * n_heads * bytes_per  # write S, read S, write P, read P
     naive_t = np.maximum(naive_bytes / (hbm_tb_s * 1e12), flops / (tflops * 1e12)) * 1e3
@@ -74,14 +76,14 @@ def plot_attention_cost(n_heads=32, head_dim=128, bytes_per=2, hbm_tb_s=4.8, tfl
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     a.loglog(n, naive_mem, color="#C44E52", lw=2, label="naive: the N x N scores")
-    a.loglog(n, fused_mem, color=VISITED, lw=2, label="FlashAttention: Q, K, V, O only")
+    a.loglog(n, fused_mem, color=VISITED, lw=2, label=f"FlashAttention: Q, K, V, O only ({n_kv_heads} KV heads)")
     a.axhline(gpu_gib * 1e9, color="k", ls="--", lw=1)
     a.text(n[0], gpu_gib * 1e9 * 1.3, f"all of an H200's memory ({gpu_gib} GB)", fontsize=9)
     _bytes_axis(a)
     a.set_ylim(2**20, 2**45)
     a.set_xlabel("context length N (tokens)")
     a.set_ylabel("memory for one layer, one sequence")
-    a.set_title(f"Memory: {n_heads} heads, bf16")
+    a.set_title(f"Memory: {n_heads} query heads, bf16")
     a.legend(loc="lower right", fontsize=9)
 
     b.loglog(n, naive_t, color="#C44E52", lw=2, label="naive: limited by memory traffic")
