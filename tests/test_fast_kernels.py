@@ -95,12 +95,12 @@ CHILD = textwrap.dedent('''
             for name, t, r in zip("QKV", (qg, kg, vg), refs):
                 err, bound = gradient_error(t.grad, r, dtype)
                 assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e}; {ctx}"
-            assert default_dq_mode(32) == "atomic", "the default changed: test the other mode below"
-            grads = fast_attention_backward(q, k, v, o_fast, lse, do, causal=causal, dq_mode="separate")
+            assert default_dq_mode(32) == "separate", "the default changed: test the other mode below"
+            grads = fast_attention_backward(q, k, v, o_fast, lse, do, causal=causal, dq_mode="atomic")
             for name, g, r in zip("QKV", grads, refs):
                 assert g.dtype == dtype and g.shape == r.shape, f"d{name}: {g.dtype} {list(g.shape)}; {ctx}"
                 err, bound = gradient_error(g, r, dtype)
-                assert err <= bound, f"separate d{name}: error {err:.3e} > {bound:.3e}; {ctx}"
+                assert err <= bound, f"atomic d{name}: error {err:.3e} > {bound:.3e}; {ctx}"
             print("ok", ctx, flush=True)
     print("all fast-kernel cases passed")
 ''')
