@@ -36,7 +36,7 @@ One module per lesson:
 ``python -m gqa_flash.lab.checks`` prints :func:`progress`.
 """
 
-from gqa_flash.lab.checks import backward, kernel, kernel_parts
+from gqa_flash.lab.checks import backward, decode, kernel, kernel_parts
 from gqa_flash.lab.checks.backward import check_backward, check_delta, check_dkdv, check_dq, check_gqa_sum
 from gqa_flash.lab.checks.decode import (
     check_decode, check_decode_group_tile, check_decode_merge, check_decode_pages, check_decode_split,
@@ -63,7 +63,8 @@ def verdicts() -> list[Verdict]:
     """
     out = [check.verdict() for check in _REQUIRED]
     for whole, parts in ((kernel.check_forward, kernel_parts.PART_CHECKS),
-                         (backward.check_backward, backward.PART_CHECKS)):
+                         (backward.check_backward, backward.PART_CHECKS),
+                         (decode.check_decode, decode.PART_CHECKS)):
         part_verdicts = [check.verdict() for check in parts]
         out += part_verdicts + [whole.verdict(part_verdicts)]
     return out
@@ -74,7 +75,7 @@ def progress() -> None:
     heading = False
     for verdict in verdicts():
         if verdict.bonus and not heading:
-            print("bonus, notebook 06 (beyond the 100 points):")
+            print("bonus, notebooks 06 and 07 (beyond the 100 points):")
             heading = True
         print(verdict.headline())
 
