@@ -99,6 +99,42 @@ def random_qkv(
     return q, k, v
 
 
+def decode_inputs(seed=0, batch=2, n_q_heads=4, n_kv_heads=2, n_new=1, head_dim=32, seqlens=(1, 40), capacity=48,
+                  page_size=None, dtype=torch.float32, layout="contiguous", device=None):
+    """Fresh ``(q, k_cache, v_cache, cache_seqlens, block_table)`` for ``flash_decode``.
+
+    ``q`` is ``[B, Hq, n_new, D]``. Contiguous cache (``page_size`` None): ``[B, Hkv, capacity, D]``, q
+    and the cache in ``layout`` (one of LAYOUTS), block_table None. Paged: a pool of ``[num_blocks,
+    page_size, Hkv, D]`` with three spare pages, each sequence given ``capacity / page_size`` pages of it,
+    shuffled. Every position at or past a sequence's length (the spare pages too) holds NaN, so a kernel
+    that reads one returns NaN. V of KV head j is shifted by j, so reading the wrong KV head gives
+    visibly wrong outputs.
+    """
+    device = device or runtime.DEVICE
+    gen = torch.Generator().manual_seed(seed)
+    q = _make((batch, n_q_heads, n_new, head_dim), dtype, layout, gen, device)
+    table = None
+    if page_size is None:
+        k = _make((batch, n_kv_heads, capacity, head_dim), dtype, layout, gen, device)
+        v = _make((batch, n_kv_heads, capacity, head_dim), dtype, layout, gen, device, shift_heads=True)
+        for b, n in enumerate(seqlens):
+            k[b, :, n:], v[b, :, n:] = float("nan"), float("nan")
+    else:
+        shift = torch.arange(n_kv_heads, dtype=torch.float32)
+        max_pages = -(-capacity // page_size)
+        n_blocks = batch * max_pages + 3
+        k = torch.full((n_blocks, page_size, n_kv_heads, head_dim), float("nan"))
+        v = torch.full_like(k, float("nan"))
+        table = torch.randperm(n_blocks, generator=gen)[: batch * max_pages].view(batch, max_pages).to(torch.int32)
+        for b, n in enumerate(seqlens):
+            positions = torch.arange(n)
+            pages, slots = table[b, positions // page_size].long(), positions % page_size
+            k[pages, slots] = torch.randn((n, n_kv_heads, head_dim), generator=gen)
+            v[pages, slots] = torch.randn((n, n_kv_heads, head_dim), generator=gen) + shift.view(1, -1, 1)
+        k, v, table = k.to(device, dtype), v.to(device, dtype), table.to(device)
+    return q, k, v, torch.tensor(seqlens, dtype=torch.int32, device=device), table
+
+
 def peaked_qkv(seed=0, block=16, seq_len=None, batch=1, n_q_heads=4, n_kv_heads=2, head_dim=16, device=None):
     """Inputs whose attention is sharply peaked: the first ``block`` keys score
     about +100 against every query and all later keys about -100 (the default

@@ -11,62 +11,8 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash import runtime
 from gqa_flash.reference import reference_decode
-from gqa_flash.testing import LSE_TOLERANCE, TOLERANCES, kernel_only, mismatch
-
-CACHE_LAYOUTS = ("contiguous", "bshd", "strided")
-"""contiguous  [B, Hkv, S_max, D] as allocated;
-bshd        allocated [B, S_max, Hkv, D] (FlashAttention's layout) and transposed;
-strided     every dimension strided: every other batch, head, position and column of a larger tensor."""
-
-
-def _cache(shape, layout, gen):
-    """A standard-normal tensor of ``shape`` [B, H, S, D], seen through ``layout``'s strides."""
-    b, h, s, d = shape
-    if layout == "contiguous":
-        return torch.randn(shape, generator=gen)
-    if layout == "bshd":
-        return torch.randn((b, s, h, d), generator=gen).transpose(1, 2)
-    return torch.randn((2 * b, 2 * h, 2 * s, 2 * d), generator=gen)[::2, ::2, ::2, ::2]
-
-
-def decode_inputs(seed, batch=2, n_q_heads=4, n_kv_heads=2, n_new=1, head_dim=32, seqlens=(1, 40), capacity=48,
-                  page_size=None, dtype=torch.float32, layout="contiguous"):
-    """Fresh ``(q, k_cache, v_cache, cache_seqlens, block_table)``.
-
-    Contiguous (``page_size`` None): ``[B, Hkv, capacity, D]`` in ``layout``.
-    Paged: a pool of ``[num_blocks, page_size, Hkv, D]`` with three spare
-    pages, each sequence given ``capacity / page_size`` pages of it, shuffled.
-    Every position at or past a sequence's length (the spare pages too) holds
-    NaN. Each KV head's values are shifted by its index, so reading the wrong
-    KV head gives visibly wrong outputs.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    device = runtime.DEVICE
-    shift = torch.arange(n_kv_heads, dtype=torch.float32)
-    q = _cache((batch, n_q_heads, n_new, head_dim), layout, gen)
-    table = None
-    if page_size is None:
-        k = _cache((batch, n_kv_heads, capacity, head_dim), layout, gen)
-        v = _cache((batch, n_kv_heads, capacity, head_dim), layout, gen)
-        v += shift.view(1, -1, 1, 1)
-        for b, n in enumerate(seqlens):
-            k[b, :, n:], v[b, :, n:] = float("nan"), float("nan")
-    else:
-        max_pages = -(-capacity // page_size)
-        n_blocks = batch * max_pages + 3
-        k = torch.full((n_blocks, page_size, n_kv_heads, head_dim), float("nan"))
-        v = torch.full_like(k, float("nan"))
-        table = torch.randperm(n_blocks, generator=gen)[: batch * max_pages].view(batch, max_pages).to(torch.int32)
-        for b, n in enumerate(seqlens):
-            positions = torch.arange(n)
-            pages, slots = table[b, positions // page_size].long(), positions % page_size
-            k[pages, slots] = torch.randn((n, n_kv_heads, head_dim), generator=gen)
-            v[pages, slots] = torch.randn((n, n_kv_heads, head_dim), generator=gen) + shift.view(1, -1, 1)
-        table = table.to(device)
-    seqlens = torch.tensor(seqlens, dtype=torch.int32, device=device)
-    return q.to(device, dtype), k.to(device, dtype), v.to(device, dtype), seqlens, table
+from gqa_flash.testing import LSE_TOLERANCE, TOLERANCES, decode_inputs, kernel_only, mismatch
 
 
 def describe(seed, q, k_cache, cache_seqlens, block_table, num_splits, layout="contiguous"):
@@ -159,9 +105,10 @@ def test_decode_fp16(seed, page_size):
 
 @pytest.mark.points(1)
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("layout", ["bshd", "strided"])
+@pytest.mark.parametrize("layout", ["bnhd", "strided"])
 def test_decode_cache_strides(seed, layout):
-    # Any strides: the cache as FlashAttention lays it out ([B, S, H, D] transposed), and every dimension strided.
+    # Any strides: the cache as FlashAttention lays it out ([B, S, H, D], "bnhd", seen transposed), and every
+    # dimension strided.
     check(seed, num_splits=2, layout=layout, n_q_heads=4, n_kv_heads=2, n_new=2, seqlens=(3, 30), capacity=32)
 
 

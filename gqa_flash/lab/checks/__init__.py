@@ -25,21 +25,23 @@ One module per lesson:
     naive.py          notebook 01: naive.py
     softmax.py        notebook 02: online_softmax.py
     tiled.py          notebook 03: tiled.py
-    probes.py         notebook 04: tiny kernels that call one helper of forward.py
+    probes.py         notebooks 04 and 07: tiny kernels that call one helper of forward.py or decode.py
     kernel_walk.py    notebook 04: forward.py Parts 1-3 (ids, tile loads, the key loop)
     kernel_parts.py   notebook 04: forward.py Parts 4-6 (update, mask, epilogue), each alone
     kernel.py         notebook 04: the whole kernel, and its error map
     backward.py       notebook 06 (bonus): backward.py
-    decode.py         notebook 07 (bonus): decode.py, probes of its four parts and flash_decode whole
+    decode_parts.py   notebook 07 (bonus): decode.py's four parts, each alone
+    decode.py         notebook 07 (bonus): flash_decode whole, through the public API
     traffic.py        notebook 05 (practice, not graded): traffic.py, launch order and an L2 model
 
 ``python -m gqa_flash.lab.checks`` prints :func:`progress`.
 """
 
-from gqa_flash.lab.checks import backward, decode, kernel, kernel_parts
+from gqa_flash.lab.checks import backward, decode, decode_parts, kernel, kernel_parts
 from gqa_flash.lab.checks.backward import check_backward, check_delta, check_dkdv, check_dq, check_gqa_sum
-from gqa_flash.lab.checks.decode import (
-    check_decode, check_decode_group_tile, check_decode_merge, check_decode_pages, check_decode_split,
+from gqa_flash.lab.checks.decode import check_decode
+from gqa_flash.lab.checks.decode_parts import (
+    check_decode_group_tile, check_decode_merge, check_decode_pages, check_decode_split,
 )
 from gqa_flash.lab.checks.kernel import (
     KERNEL_BUGS, ErrorMap, check_forward, forward_error_map, kernel_config, simulated_error_map,
@@ -64,7 +66,7 @@ def verdicts() -> list[Verdict]:
     out = [check.verdict() for check in _REQUIRED]
     for whole, parts in ((kernel.check_forward, kernel_parts.PART_CHECKS),
                          (backward.check_backward, backward.PART_CHECKS),
-                         (decode.check_decode, decode.PART_CHECKS)):
+                         (decode.check_decode, decode_parts.PART_CHECKS)):
         part_verdicts = [check.verdict() for check in parts]
         out += part_verdicts + [whole.verdict(part_verdicts)]
     return out

@@ -1,25 +1,27 @@
-"""Notebook 04: the probes, one tiny Triton kernel per part of forward.py.
+"""Notebooks 04 and 07: the probes, one tiny Triton kernel per part of forward.py and of decode.py.
 
 The kernel parts of ``forward.py`` are small ``@triton.jit`` helpers, and each
 is checked on its own by a *probe*: an ordinary kernel that loads chosen
 inputs, calls ONE of your helpers, and stores what it returns. The probes
 below are plain functions that say ``fwd._program_ids(...)``;
-:func:`probe_kernels` turns them into Triton kernels bound to one version of
+:func:`forward_parts` turns them into Triton kernels bound to one version of
 your forward module. Part 3's probe is the one exception to "one helper": it
 runs your key loop, which calls your Part 2, with Parts 4 and 5 replaced by
 recorders. The checks that launch the probes are in kernel_walk.py (Parts 1-3)
-and kernel_parts.py (Parts 4-6).
+and kernel_parts.py (Parts 4-6); decode.py's probes (``dec._group_tile(...)``
+and the others) are launched by decode_parts.py.
 
 Why a fresh kernel per version: a compiled Triton kernel remembers the code of
 every helper it calls (it hashes them once, on first launch). If the probe
 were a single global kernel, editing forward.py would leave it running your
-old helper on a GPU. So each time forward.py changes (impl.load re-executes
+old helper on a GPU. So each time the file changes (impl.load re-executes
 it, which makes new helper objects) we build new probe kernels, each with its
-own globals dict in which ``fwd`` is the module; that dict never changes, so
-Triton's "global variable changed since compiled" check stays quiet. In the
+own globals dict in which ``fwd`` (or ``dec``) is the module; that dict never
+changes, so Triton's "global variable changed since compiled" check stays quiet. In the
 interpreter the same code runs as Python, unchanged.
 """
 
+import functools
 import types
 
 import triton
@@ -131,7 +133,85 @@ def _probe_epilogue(ACC, L, M, O, LSE, BATCH, HEAD, stride_ob, stride_oh, stride
 
 _PROBES = (_probe_program_ids, _probe_load_tile, _probe_key_loop, _probe_online_softmax_update,
            _probe_mask_scores, _probe_epilogue)
-_probe_cache: dict = {}
+
+
+# --- decode.py (notebook 07): the same idea, one probe per helper; ``dec`` is your decode module ---
+
+
+def _probe_group_tile(Q, Q_OUT, HEAD_OUT, TOKEN_OUT, BATCH, KV_HEAD, stride_qb, stride_qh, stride_qn, stride_qd,
+                      N_Q_HEADS, N_KV_HEADS, N_Q: tl.constexpr, HEAD_DIM: tl.constexpr,
+                      HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Part 1: row block program_id(0) of KV head KV_HEAD's group; stores the tile and each row's head and token."""
+    row_block = tl.program_id(0)
+    rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < (N_Q_HEADS // N_KV_HEADS) * N_Q
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    zero = row_block * 0  # batch and KV head arrive as tensors, as in the kernel
+    tile, heads, tokens = dec._group_tile(Q, zero + BATCH, zero + KV_HEAD, rows, row_ok, offs_d,  # noqa: F821
+                                          stride_qb, stride_qh, stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS,
+                                          N_Q, HEAD_DIM)
+    tl.store(Q_OUT + rows[:, None] * HEAD_DIM_PAD + offs_d[None, :], tile.to(tl.float32))
+    tl.store(HEAD_OUT + rows, heads)
+    tl.store(TOKEN_OUT + rows, tokens)
+
+
+def _probe_page_slots(TABLE, PAGE_OUT, SLOT_OUT, BATCH, SEQ_LEN, stride_tb, stride_tp,
+                      BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr):
+    """Part 2: the (page, slot) of positions program_id(0) * BLOCK_N ... of sequence BATCH."""
+    block = tl.program_id(0)
+    positions = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    exists = positions < SEQ_LEN
+    pages, slots = dec._page_slots(TABLE, block * 0 + BATCH, positions, exists, stride_tb,  # noqa: F821
+                                   stride_tp, PAGE_SIZE, PAGED)
+    tl.store(PAGE_OUT + positions, pages)
+    tl.store(SLOT_OUT + positions, slots)
+
+
+def _probe_split_partial(Q, TOKENS, K, V, SEQLENS, ACC_OUT, L_OUT, M_OUT, BATCH, KV_HEAD, qk_scale, CHUNK,
+                         stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
+                         N_Q: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Part 3: split program_id(0) of a contiguous cache, from a fresh state; stores its partial (acc, l, m)."""
+    split = tl.program_id(0)
+    r = tl.arange(0, BLOCK_M)
+    d = tl.arange(0, HEAD_DIM_PAD)
+    q = tl.load(Q + r[:, None] * HEAD_DIM_PAD + d[None, :])
+    tokens = tl.load(TOKENS + r)
+    batch = split * 0 + BATCH
+    n_valid = tl.load(SEQLENS + batch)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    l_run = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_run = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    # No block table (a contiguous cache): the kernel passes the lengths' pointer and strides of 0 in its place.
+    acc, l_run, m_run = dec._split_partial(  # noqa: F821
+        acc, l_run, m_run, q, tokens, K, V, SEQLENS, batch, split * 0 + KV_HEAD, split, n_valid, d, qk_scale,
+        CHUNK, stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, 0, 0,
+        N_Q, HEAD_DIM, BLOCK_N, 1, False, "ieee")
+    out = split * BLOCK_M + r
+    tl.store(ACC_OUT + out[:, None] * HEAD_DIM_PAD + d[None, :], acc)
+    tl.store(L_OUT + out, l_run)
+    tl.store(M_OUT + out, m_run)
+
+
+def _probe_merge_splits(ACC, L, M, O_OUT, LSE_OUT, BLOCK_R: tl.constexpr, SPLITS_PAD: tl.constexpr,
+                        HEAD_DIM_PAD: tl.constexpr):
+    """Part 4: BLOCK_R rows of SPLITS_PAD partial states each, merged; stores O and the LSE."""
+    r = tl.arange(0, BLOCK_R)
+    sp = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, HEAD_DIM_PAD)
+    idx = r[:, None] * SPLITS_PAD + sp[None, :]
+    parts_l = tl.load(L + idx)
+    parts_m = tl.load(M + idx)
+    parts_acc = tl.load(ACC + idx[:, :, None] * HEAD_DIM_PAD + d[None, None, :])
+    o, lse = dec._merge_splits(parts_acc, parts_l, parts_m)  # noqa: F821
+    tl.store(O_OUT + r[:, None] * HEAD_DIM_PAD + d[None, :], o)
+    tl.store(LSE_OUT + r, lse)
+
+
+_DECODE_PROBES = (_probe_group_tile, _probe_page_slots, _probe_split_partial, _probe_merge_splits)
+
+
+# --- building the probes for one version of your file -------------------------------------------
 
 
 def _rebind(fn, scope_updates):
@@ -146,37 +226,52 @@ def _rebind(fn, scope_updates):
     return triton.jit(bound)
 
 
-def probe_kernels(fwd_module) -> dict:
-    """The probe kernels bound to this version of the forward module (built once per version)."""
-    key = id(fwd_module)
-    version = tuple(getattr(fwd_module, name, None) for name in PARTS["forward"].values())
-    cached = _probe_cache.get(key)
-    if cached is not None and cached[0] == version:
-        return cached[1]
+_probe_cache: dict = {}  # (module name, id of the module) -> (its helpers, the probe kernels)
+
+
+def _module_and_probes(name, probes, scope):
+    """Your graded module ``name`` and its probe kernels, built once per version of the file.
+
+    ``scope(module)`` gives the globals every probe sees beside its own (the module's name in the
+    probes' code, and what else a probe calls). A helper missing from the file stops the check.
+    """
+    module = load(name)
+    missing = [helper for helper in PARTS[name].values() if not hasattr(module, helper)]
+    if missing:
+        raise Stop(fail(name, None, f"{rel(name)} has no {', '.join(missing)}",
+                        hint="the helpers' names and arguments must stay as given"))
+    version = tuple(getattr(module, helper) for helper in PARTS[name].values())
+    cached = _probe_cache.get((name, id(module)))
+    if cached is None or cached[0] != version:
+        extra = scope(module)
+        kernels = {fn.__name__.removeprefix("_probe_"): _rebind(fn, extra) for fn in probes}
+        _probe_cache[(name, id(module))] = cached = (version, kernels)
+    return module, cached[1]
+
+
+def _forward_scope(fwd):
     # Part 3's probe runs your _key_loop with Parts 4 and 5 swapped for the recorders above
     # (your Part 2 stays: the key loop loads its tiles with it).
-    recorded = _rebind(fwd_module._key_loop.fn, {"_online_softmax_update": _record_update,
-                                                 "_mask_scores": _mark_masked})
-    kernels = {}
-    for fn in _PROBES:
-        kernels[fn.__name__.removeprefix("_probe_")] = _rebind(fn, {"fwd": fwd_module, "recorded_key_loop": recorded})
-    _probe_cache[key] = (version, kernels)
-    return kernels
+    recorded = _rebind(fwd._key_loop.fn, {"_online_softmax_update": _record_update, "_mask_scores": _mark_masked})
+    return {"fwd": fwd, "recorded_key_loop": recorded}
 
 
 def forward_parts():
     """Your forward module and its probe kernels; a missing helper stops the check."""
-    fwd = load("forward")
-    missing = [name for name in PARTS["forward"].values() if not hasattr(fwd, name)]
-    if missing:
-        raise Stop(fail("forward", None, f"{rel('forward')} has no {', '.join(missing)}",
-                        hint="the helpers' names and arguments must stay as given"))
-    return fwd, probe_kernels(fwd)
+    return _module_and_probes("forward", _PROBES, _forward_scope)
 
 
-def launch(part, kernel, grid, *args, **kwargs):
-    """Launch a probe; a crash in your helper becomes a FAIL of ``part``."""
-    run_student("forward", lambda: kernel[grid](*args, **kwargs), part=part)
+def decode_parts():
+    """Your decode module and its probe kernels; a missing helper stops the check."""
+    return _module_and_probes("decode", _DECODE_PROBES, lambda dec: {"dec": dec})
+
+
+def launch_in(module, part, kernel, grid, *args, **kwargs):
+    """Launch a probe of ``module``; a crash in your helper becomes a FAIL of ``part``."""
+    run_student(module, lambda: kernel[grid](*args, **kwargs), part=part)
+
+
+launch = functools.partial(launch_in, "forward")
 
 
 def dev():
