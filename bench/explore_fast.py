@@ -1,12 +1,14 @@
 """Device exploration (developers): the fast kernels' tile configs, one run.
 
-    python bench/explore_fast.py OUT_DIR [fwd] [bwd]
+    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2]
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
 kernel at fixed configs: one query tile or two query sub-tiles a program
 (ping-pong). Backward: SDPA default, the graded and fast backward autotuned,
-then the fast backward at fixed configs. Every variant is checked against
+then the fast backward at fixed configs. bwd2 (not run by default): the fast
+backward in two passes at N = 4k and 16k, the dK/dV kernel's tiles with the dQ
+kernel's fixed, then the other way round. Every variant is checked against
 SDPA before it is timed. Writes OUT_DIR/explore_fast_<parts>.csv.
 
 Earlier runs also timed lazy rescaling, a warp-specialized key loop and the
@@ -36,6 +38,14 @@ FWD = [  # BLOCK_M, BLOCK_N, warps, stages, query sub-tiles (2: ping-pong)
 BWD = [  # BLOCK_M, BLOCK_N, warps, stages (dQ: one atomic add per element)
     (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2),
 ]
+# Two passes (dq_mode="separate"): the dK/dV kernel's tiles with the dQ kernel fixed at DQ_FIXED, then
+# the dQ kernel's tiles with the dK/dV kernel fixed at the autotuner's usual pick (KV_FIXED).
+KV_SEPARATE = [(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 3), (32, 128, 4, 3), (16, 128, 4, 3),
+               (64, 64, 4, 3), (64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 4), (128, 128, 8, 2)]
+DQ_SEPARATE = [(128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
+               (64, 128, 8, 2), (128, 64, 8, 4), (64, 32, 4, 3)]
+DQ_FIXED = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
+KV_FIXED = {64: (64, 64, 4, 2), 128: (64, 128, 8, 3)}
 
 
 def rel(a, b):
@@ -86,7 +96,8 @@ def main(out_dir, parts=("fwd", "bwd")):
                              lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg)))
         measure("fwd", variants, d, n, flops, base, lambda out: rel(out, ref), 2e-2)
 
-    def backward_case(d, n):
+    def backward_inputs(d, n):
+        """q, k, v, dO of one backward shape, its FLOPs, SDPA's gradients and SDPA's time."""
         b, hq, hkv = 16384 // n, 32, 8
         gen = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
@@ -96,6 +107,10 @@ def main(out_dir, parts=("fwd", "bwd")):
         o_ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True, enable_gqa=True)
         ref = torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True)
         base = bench(lambda: torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True))
+        return q, k, v, do, flops, ref, base
+
+    def backward_case(d, n):
+        q, k, v, do, flops, ref, base = backward_inputs(d, n)
         record("bwd", "sdpa_default", d, n, base, flops, base, 0.0)
         o, lse = fast_forward.fast_attention_forward(q, k, v, causal=True, return_lse=True)
         variants = [
@@ -109,10 +124,28 @@ def main(out_dir, parts=("fwd", "bwd")):
                                                                                   config=cfg)))
         measure("bwd", variants, d, n, flops, base, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
 
+    def separate_case(d, n):
+        q, k, v, do, flops, ref, base = backward_inputs(d, n)
+        record("bwd2", "sdpa_default", d, n, base, flops, base, 0.0)
+        o, lse = fast_forward.fast_attention_forward(q, k, v, causal=True, return_lse=True)
+
+        def cfg(t):
+            return dict(BLOCK_M=t[0], BLOCK_N=t[1], num_warps=t[2], num_stages=t[3])
+
+        def run(kv, dq):
+            return lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True, dq_mode="separate",
+                                                                 config=cfg(kv), dq_config=cfg(dq))
+
+        variants = [("fast_separate_autotuned", lambda: fast_backward.fast_attention_backward(
+            q, k, v, o, lse, do, causal=True, dq_mode="separate"))]
+        variants += [(f"kv_{t[0]}x{t[1]}_w{t[2]}_s{t[3]}", run(t, DQ_FIXED[d])) for t in KV_SEPARATE]
+        variants += [(f"dq_{t[0]}x{t[1]}_w{t[2]}_s{t[3]}", run(KV_FIXED[d], t)) for t in DQ_SEPARATE]
+        measure("bwd2", variants, d, n, flops, base, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
+
     # One function a case: its tensors are freed when it returns, before the next case allocates.
-    for kind, case in (("fwd", forward_case), ("bwd", backward_case)):
+    for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case)):
         for d in (64, 128) if kind in parts else ():
-            for n in (1024, 4096, 16384):
+            for n in ((4096, 16384) if kind == "bwd2" else (1024, 4096, 16384)):
                 case(d, n)
 
     out.close()

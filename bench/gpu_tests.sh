@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU test suite, tests/gpu: both forward kernels against float64 (bf16, fp16, fp32; head_dim 64 to 256;
 # ragged N; MHA, GQA, MQA; causal and not), strided inputs, every autotuner config of the fast forward,
-# and both backward kernels' gradients. Every case prints its error (pytest -s), so the log is the record.
+# both backward kernels' gradients, and flash_decode (bf16, fp16, fp32; contiguous and paged; one split and
+# several; 26 tests in 65 s, h200_gpu_tests_decode.log). Every case prints its error (pytest -s), so the log
+# is the record.
 #
 #   bash bench/gpu_tests.sh [--out DIR] [--budget SECONDS] [-k EXPRESSION] [other pytest arguments]
 #
@@ -13,6 +15,7 @@
 # 10-minute device calls, run it in parts with -k (pytest matches file and test names):
 #   BUDGET=570 bash bench/gpu_tests.sh -k forward     # tests/gpu/test_gpu_forward.py
 #   BUDGET=570 bash bench/gpu_tests.sh -k backward    # tests/gpu/test_gpu_backward.py
+#   bash bench/gpu_tests.sh -k decode                 # tests/gpu/test_gpu_decode.py, about 1 minute
 #   bash bench/gpu_tests.sh -k "every_fast_config or strides"    # about 1 minute
 #   bash bench/gpu_tests.sh -k strides                             # 24 s (2026-12-03, this script)
 # Needs a CUDA GPU, torch, triton, pytest and pytest-timeout; without a GPU every test is skipped.

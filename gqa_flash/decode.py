@@ -52,6 +52,10 @@ into the score scale):
     _flash_decode_merge_kernel   grid (B * Hq * Nq / BLOCK_R,)
         the partials of BLOCK_R rows -> their rows of O and their LSE
 
+With one split (a batch that fills the GPU on its own) the split kernel
+finishes its rows itself, with Part 4 on a single state, and the merge kernel
+does not run.
+
 What you write, in four ``@triton.jit`` helpers:
 
     Part 1  _group_tile       the packed query tile of a KV group: heads x new tokens
@@ -65,6 +69,11 @@ import triton
 import triton.language as tl
 
 from gqa_flash import runtime  # picks the interpreter before the kernels below are defined
+
+try:  # programmatic dependent launch, Hopper's and later GPUs' (used only with config "pdl")
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # an older Triton: never called, since PDL is then refused on the host
+    gdc_launch_dependents = gdc_wait = None
 
 LOG2_E = 1.4426950408889634
 
@@ -217,8 +226,9 @@ def _merge_splits(acc_s, l_s, m_s):
 
 @triton.jit
 def _flash_decode_split_kernel(
-    Q, K, V, SEQLENS, BLOCK_TABLE, ACC, L, M,
+    Q, K, V, SEQLENS, BLOCK_TABLE, ACC, L, M, O, LSE,
     stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_ob, stride_oh, stride_on, stride_od,
     # The caches' strides as [pages, slots, Hkv, D] (the launcher reorders a contiguous cache's)
     stride_kp, stride_ks, stride_kh, stride_kd,
     stride_vp, stride_vs, stride_vh, stride_vd,
@@ -227,8 +237,10 @@ def _flash_decode_split_kernel(
     N_Q: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    DIRECT: tl.constexpr, PDL: tl.constexpr,
 ):
-    """One group tile of one (batch, KV head) against one chunk; writes the rows' partial states.
+    """One group tile of one (batch, KV head) against one chunk; writes the rows' partial states,
+    or with DIRECT (one split: the chunk is the whole context) their rows of O and their LSE.
 
     ACC [B, Hq, N_Q, N_SPLITS, HEAD_DIM], L and M [B, Hq, N_Q, N_SPLITS], all
     fp32 and contiguous: split s of row (b, h, i) at index ((b*Hq + h)*N_Q + i)*N_SPLITS + s.
@@ -236,6 +248,8 @@ def _flash_decode_split_kernel(
     # Axis 0, the row blocks of one group, varies fastest in launch order, so
     # the programs that read the same chunk of K and V run side by side and
     # the second finds it in L2. (One row block unless group_size * N_Q > 64.)
+    if PDL:  # let the merge kernel start loading its code now; it waits for this grid's writes (gdc_wait)
+        gdc_launch_dependents()
     row_block = tl.program_id(0)
     split_idx = tl.program_id(1)
     batch_idx = tl.program_id(2) // N_KV_HEADS
@@ -261,12 +275,21 @@ def _flash_decode_split_kernel(
                                    stride_vd, stride_tb, stride_tp, N_Q, HEAD_DIM,
                                    BLOCK_N, PAGE_SIZE, PAGED, INPUT_PRECISION)
 
-    # The partial state, as it is: an empty split writes (0, 0, -inf), which the merge knows to skip.
-    state = ((batch_idx.to(tl.int64) * N_Q_HEADS + q_head) * N_Q + token) * N_SPLITS + split_idx
-    tl.store(L + state, l_i, mask=row_ok)
-    tl.store(M + state, m_i, mask=row_ok)
-    tl.store(ACC + state[:, None] * HEAD_DIM + offs_d[None, :], acc,
-             mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
+    row = (batch_idx.to(tl.int64) * N_Q_HEADS + q_head) * N_Q + token
+    tile_ok = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    if DIRECT:
+        # One split holds the whole row: Part 4 merges a single state (normalises it) here, and no
+        # merge kernel runs, which saves a launch and the partial state's trip through memory.
+        o, lse = _merge_splits(acc[:, None, :], l_i[:, None], m_i[:, None])
+        o_rows = O + batch_idx.to(tl.int64) * stride_ob + q_head.to(tl.int64) * stride_oh + token * stride_on
+        tl.store(o_rows[:, None] + offs_d[None, :] * stride_od, o.to(O.dtype.element_ty), mask=tile_ok)
+        tl.store(LSE + row, lse, mask=row_ok)
+    else:
+        # The partial state, as it is: an empty split writes (0, 0, -inf), which the merge knows to skip.
+        state = row * N_SPLITS + split_idx
+        tl.store(L + state, l_i, mask=row_ok)
+        tl.store(M + state, m_i, mask=row_ok)
+        tl.store(ACC + state[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=tile_ok)
 
 
 @triton.jit
@@ -275,12 +298,14 @@ def _flash_decode_merge_kernel(
     stride_ob, stride_oh, stride_on, stride_od,
     N_ROWS, N_Q_HEADS, N_SPLITS,
     N_Q: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    SPLITS_PAD: tl.constexpr, BLOCK_R: tl.constexpr,
+    SPLITS_PAD: tl.constexpr, BLOCK_R: tl.constexpr, PDL: tl.constexpr,
 ):
     """BLOCK_R rows (b, h, i) of the output: merge their N_SPLITS partial states; store O and the LSE.
 
     Row r = (b * Hq + h) * N_Q + i, as in the split kernel's layout; LSE is [B, Hq, N_Q], contiguous.
     """
+    if PDL:  # launched early (programmatic dependent launch): wait until the split kernel's writes land
+        gdc_wait()
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < N_ROWS
     new_token = rows % N_Q
@@ -310,17 +335,20 @@ def _flash_decode_merge_kernel(
 # --- How many splits, and which tiles ----------------------------------------
 #
 # A split costs a merge, and a GPU gains nothing from more programs than it
-# can keep busy. The heuristic (FlashAttention's idea, simplified):
+# can run at once. The heuristic (FlashAttention's idea, simplified):
 #   * batch x KV heads x row blocks programs already fill the SMs: no split;
-#   * otherwise split each context until there are about two programs per
-#     SM (one SM switches to the second while the first waits on memory),
-#   * but leave every split at least MIN_BLOCKS_PER_SPLIT key blocks: a
-#     shorter chunk is all start-up and merge.
+#   * otherwise cut each context into as many chunks as keep all programs in
+#     one wave of PROGRAMS_PER_SM a SM (two: one SM switches to the second
+#     while the first waits on memory), and no more: the programs of a second,
+#     partial wave would run on their own at the end, for as long as the whole
+#     first wave took. (On the H200, batch 8: 4 splits, 256 programs for 264
+#     places, ran 7% faster than 5 splits, 320 programs.)
+#   * and never more splits than key blocks.
 # The interpreter runs programs one after the other, so splitting only adds
 # work there: it pretends to be a small GPU of 4 SMs, which keeps the split
 # count small while the default still exercises the merge on longer contexts.
 INTERPRETER_SMS = 4
-MIN_BLOCKS_PER_SPLIT = 4
+PROGRAMS_PER_SM = 2  # what SPLIT_CONFIG's shared memory allows at head_dim 128, bf16
 
 
 def _sm_count(device) -> int:
@@ -334,35 +362,40 @@ def default_num_splits(programs: int, max_seqlen: int, block_n: int, device) -> 
     sms = _sm_count(device)
     if programs >= sms:
         return 1
-    most = triton.cdiv(max_seqlen, MIN_BLOCKS_PER_SPLIT * block_n)
-    return max(1, min(triton.cdiv(2 * sms, programs), most))
+    return max(1, min(PROGRAMS_PER_SM * sms // programs, triton.cdiv(max_seqlen, block_n)))
 
 
 # In the interpreter: small fixed tiles (rows are padded to 16, tl.dot's least).
 INTERPRETER_CONFIG = dict(BLOCK_N=16, num_warps=4, num_stages=1)
-# On a GPU, tiles measured on an H200 (2026-12-03, bf16, 32 query heads on 8
-# KV heads, head_dim 128, one new token, contexts of 1k to 128k, CUDA graphs):
-# 64-key blocks win when the context is split, 128-key blocks when it is not.
-# In that run this file read a contiguous cache at 0.98-1.01 of the speed of
-# SDPA's default backend at batch 1 and 64 from 8k keys up (at 1k keys, where
-# the second launch shows, 0.81 and 0.87) and at 0.92-0.96 at batch 8: 2.9 to
-# 4.5 TB/s of cache read from 8k keys up. A paged cache (pages of 16,
-# shuffled) ran at 0.65-0.92 of SDPA's speed on the contiguous one: it costs
-# a table lookup per key.
-SPLIT_BLOCK_N, WHOLE_BLOCK_N = 64, 128
+# On a GPU, tiles measured on an H200 (bench/explore_decode.py; bf16, 32 query
+# heads on 8 KV heads, head_dim 128, one new token, CUDA graphs): 64-key blocks
+# on 4 warps. Split, with 3 K/V tiles in flight (96 KiB of shared memory: two
+# programs a SM) and the merge kernel launched early (programmatic dependent
+# launch, "pdl"): worth 3-14% at contexts of 1k to 8k, where a step takes 5 to
+# 70 microseconds. Not split, with 2 tiles in flight (three programs a SM):
+# 0.90 -> 1.00 of SDPA's speed at batch 64, 1k, against 3 tiles. A paged cache
+# not split wants more, smaller programs (32-key blocks, 3 in flight: four
+# programs a SM), each waiting on its own table loads: 0.72 -> 0.96 at batch 64.
+SPLIT_CONFIG = dict(BLOCK_N=64, num_warps=4, num_stages=3, pdl=True)
+WHOLE_CONFIG = dict(BLOCK_N=64, num_warps=4, num_stages=2)
+PAGED_WHOLE_CONFIG = dict(BLOCK_N=32, num_warps=4, num_stages=3)
+SPLIT_BLOCK_N = SPLIT_CONFIG["BLOCK_N"]
 SHARED_MEMORY_HEADROOM = 24 * 1024  # bytes of a block's shared memory left for all but the K and V tiles
 MERGE_TILE = 8192  # fp32 elements of partial accumulators in one merge program (64 registers a thread)
 
 
-def _gpu_config(num_splits: int, head_dim_pad: int, itemsize: int, device) -> dict:
-    block_n, num_stages = (WHOLE_BLOCK_N if num_splits == 1 else SPLIT_BLOCK_N), 3
+def _gpu_config(num_splits: int, head_dim_pad: int, itemsize: int, device, paged: bool = False) -> dict:
+    if num_splits > 1:
+        config = dict(SPLIT_CONFIG)
+    else:
+        config = dict(PAGED_WHOLE_CONFIG if paged else WHOLE_CONFIG)
     # K and V tiles, num_stages of each in flight, must fit in a block's shared memory (227 KiB on an
-    # H200: 128 keys of bf16 at head_dim 128 just do): halve the block until they fit.
+    # H200): halve the block until they fit (head_dim 256 in fp32 needs it).
     index = device.index if device.index is not None else torch.cuda.current_device()
     budget = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"] - SHARED_MEMORY_HEADROOM
-    while block_n > 16 and 2 * block_n * head_dim_pad * itemsize * num_stages > budget:
-        block_n //= 2
-    return dict(BLOCK_N=block_n, num_warps=4, num_stages=num_stages)
+    while config["BLOCK_N"] > 16 and 2 * config["BLOCK_N"] * head_dim_pad * itemsize * config["num_stages"] > budget:
+        config["BLOCK_N"] //= 2
+    return config
 
 
 def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=None, num_splits=None,
@@ -379,8 +412,9 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
     ``max_seqlen``, the longest ``cache_seqlens`` (used to size the splits;
     it must not be smaller than any of them; default: the cache's capacity).
     Nothing here reads ``cache_seqlens`` on the host, so this function can be
-    captured in a CUDA graph. ``config`` (BLOCK_N, num_warps, num_stages)
-    overrides the tiles, for benchmarks.
+    captured in a CUDA graph. ``config`` (BLOCK_N, num_warps, num_stages, and
+    ``pdl``: launch the merge kernel early, on a GPU) overrides the tiles, for
+    benchmarks.
     """
     batch, n_q_heads, n_q, head_dim = q.shape
     paged = block_table is not None
@@ -412,28 +446,40 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
         guess_n = INTERPRETER_CONFIG["BLOCK_N"] if interpret else SPLIT_BLOCK_N
         num_splits = default_num_splits(batch * n_kv_heads * row_blocks, max_seqlen, guess_n, q.device)
     if config is None:
-        config = INTERPRETER_CONFIG if interpret else _gpu_config(num_splits, head_dim_pad, q.element_size(), q.device)
+        config = (INTERPRETER_CONFIG if interpret
+                  else _gpu_config(num_splits, head_dim_pad, q.element_size(), q.device, paged))
     block_n = config["BLOCK_N"]
     # Chunks of whole key blocks; a split count past the number of blocks shrinks to it.
     chunk = triton.cdiv(triton.cdiv(max_seqlen, num_splits), block_n) * block_n
     num_splits = triton.cdiv(max_seqlen, chunk)
 
-    acc = torch.empty((batch, n_q_heads, n_q, num_splits, head_dim), dtype=torch.float32, device=q.device)
-    l_part = torch.empty((batch, n_q_heads, n_q, num_splits), dtype=torch.float32, device=q.device)
-    m_part = torch.empty_like(l_part)
+    config = dict(config)
+    # Programmatic dependent launch: the merge kernel is launched while the split kernel still runs
+    # and waits on the GPU for its writes, instead of after it on the host's queue (GPU only).
+    pdl = bool(config.pop("pdl", False)) and not interpret and gdc_wait is not None
+    direct = num_splits == 1
     o = torch.empty((batch, n_q_heads, n_q, head_dim), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, n_q_heads, n_q), dtype=torch.float32, device=q.device)
+    # The partial states, [B, Hq, Nq, splits(, D)] fp32; one split needs none (any fp32 tensor will do).
+    acc = lse if direct else torch.empty((batch, n_q_heads, n_q, num_splits, head_dim), dtype=torch.float32,
+                                         device=q.device)
+    l_part = lse if direct else torch.empty((batch, n_q_heads, n_q, num_splits), dtype=torch.float32,
+                                            device=q.device)
+    m_part = lse if direct else torch.empty_like(l_part)
 
     _flash_decode_split_kernel[(row_blocks, num_splits, batch * n_kv_heads)](
-        q, k_cache, v_cache, cache_seqlens, table, acc, l_part, m_part,
-        *q.stride(), *k_strides, *v_strides, *table_strides,
+        q, k_cache, v_cache, cache_seqlens, table, acc, l_part, m_part, o, lse,
+        *q.stride(), *o.stride(), *k_strides, *v_strides, *table_strides,
         sm_scale * LOG2_E, n_q_heads, n_kv_heads, num_splits, chunk,
         N_Q=n_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block_m,
         PAGE_SIZE=page_size, PAGED=paged,
         # fp32 in means fp32 products (Triton would use tf32 by default)
         INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DIRECT=direct, PDL=pdl and not direct,
         **config,
     )
+    if direct:
+        return (o, lse) if return_lse else o
     # The merge: BLOCK_R rows a program, as many as keep its [BLOCK_R, splits, head_dim] tile of
     # partial accumulators within MERGE_TILE elements (on a GPU: registers; in the interpreter, where
     # every program costs Python overhead, as many as there are, up to 64).
@@ -443,6 +489,6 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
     _flash_decode_merge_kernel[(triton.cdiv(n_rows, block_r),)](
         acc, l_part, m_part, o, lse, *o.stride(), n_rows, n_q_heads, num_splits,
         N_Q=n_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=splits_pad, BLOCK_R=block_r,
-        num_warps=4,
+        PDL=pdl, num_warps=4, **(dict(launch_pdl=True) if pdl else {}),
     )
     return (o, lse) if return_lse else o

@@ -32,9 +32,10 @@ step needs are K and V at every valid position, every KV head, 2 bytes each:
 over the row's (the paged rows too: SDPA reads the contiguous cache that holds
 the same values), ``ratio_to_read_ceiling`` tbps over the read ceiling, and
 ``num_splits`` the split count flash_decode's launcher picks. Two ceilings are
-measured first: the fastest of two read-only reductions over 2 GiB of bf16
-(torch.sum to fp32, torch.amax), and a 2 GiB device-to-device copy (bytes read
-plus written).
+measured first: the fastest of the read-only reductions over 2 GiB of bf16
+(torch.sum to fp32, torch.amax, and ``_stream_read_kernel``, a Triton kernel
+that only streams and sums, at a few tiles), and a 2 GiB device-to-device copy
+(bytes read plus written).
 On a machine with no GPU it refuses, with a message, and writes nothing.
 """
 
@@ -48,6 +49,8 @@ import time
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 
 from gqa_flash import impl, runtime
 from gqa_flash.lab.bench import ENVIRONMENT, environment
@@ -117,12 +120,30 @@ def plan(batches=BATCHES, contexts=CONTEXTS, providers=PROVIDERS):
     return shapes
 
 
+@triton.jit
+def _stream_read_kernel(X, OUT, N, BLOCK: tl.constexpr, STEPS: tl.constexpr):
+    """Read STEPS * BLOCK consecutive elements of X and write their fp32 sum: a pure read stream."""
+    start = tl.program_id(0).to(tl.int64) * BLOCK * STEPS
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for i in range(STEPS):
+        offs = start + i * BLOCK + tl.arange(0, BLOCK)
+        acc += tl.load(X + offs, mask=offs < N, other=0.0).to(tl.float32)
+    tl.store(OUT + tl.program_id(0), tl.sum(acc))
+
+
+STREAM_READ_TILES = ((4096, 8, 4), (8192, 8, 8), (2048, 32, 4), (8192, 32, 8))  # BLOCK, STEPS, warps
+
+
 def _stream_rates() -> tuple[float, float]:
     from triton.testing import do_bench
 
     x = torch.empty(2**30, dtype=torch.bfloat16, device="cuda").normal_()  # 2 GiB, far beyond L2
-    reads = [do_bench(fn, warmup=25, rep=200, return_mode="median")
-             for fn in (lambda: x.sum(dtype=torch.float32), lambda: x.amax())]
+    readers = [lambda: x.sum(dtype=torch.float32), lambda: x.amax()]
+    for block, steps, warps in STREAM_READ_TILES:
+        sums = torch.empty(triton.cdiv(x.numel(), block * steps), dtype=torch.float32, device="cuda")
+        readers.append(lambda block=block, steps=steps, warps=warps, sums=sums: _stream_read_kernel[(sums.numel(),)](
+            x, sums, x.numel(), BLOCK=block, STEPS=steps, num_warps=warps))
+    reads = [do_bench(fn, warmup=25, rep=200, return_mode="median") for fn in readers]
     y = torch.empty_like(x)
     copy_ms = do_bench(lambda: y.copy_(x), warmup=25, rep=200, return_mode="median")
     return 2 * x.numel() / min(reads) * 1e-9, 2 * 2 * x.numel() / copy_ms * 1e-9  # copy: read + written
@@ -132,7 +153,8 @@ def ceilings(log=print) -> tuple[float, float]:
     """(read TB/s, copy TB/s) on this GPU: 2 GiB of bf16 read by reductions, and copied."""
     read, copy = _stream_rates()
     torch.cuda.empty_cache()
-    log(f"ceilings: read {read:.2f} TB/s (torch.sum / torch.amax over 2 GiB bf16), copy {copy:.2f} TB/s")
+    log(f"ceilings: read {read:.2f} TB/s (the fastest of torch.sum, torch.amax and a Triton read stream over "
+        f"2 GiB bf16), copy {copy:.2f} TB/s")
     return read, copy
 
 
