@@ -1,6 +1,6 @@
 """Device exploration (developers): the fast kernels' tile configs, one run.
 
-    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2]
+    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [d128]
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
@@ -41,11 +41,12 @@ BWD = [  # BLOCK_M, BLOCK_N, warps, stages (dQ: one atomic add per element)
 # Two passes (dq_mode="separate"): the dK/dV kernel's tiles with the dQ kernel fixed at DQ_FIXED, then
 # the dQ kernel's tiles with the dK/dV kernel fixed at the autotuner's usual pick (KV_FIXED).
 KV_SEPARATE = [(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 3), (32, 128, 4, 3), (16, 128, 4, 3),
-               (64, 64, 4, 3), (64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 4), (128, 128, 8, 2)]
+               (64, 64, 4, 3), (64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 4), (128, 128, 8, 2),
+               (64, 128, 16, 2), (128, 128, 16, 2)]  # 16 warps: dK and dV of 128 keys over 512 threads
 DQ_SEPARATE = [(128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
                (64, 128, 8, 2), (128, 64, 8, 4), (64, 32, 4, 3)]
 DQ_FIXED = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
-KV_FIXED = {64: (64, 64, 4, 2), 128: (64, 128, 8, 3)}
+KV_FIXED = {64: (64, 64, 4, 2), 128: (64, 128, 8, 2)}
 
 
 def rel(a, b):
@@ -145,6 +146,8 @@ def main(out_dir, parts=("fwd", "bwd")):
     # One function a case: its tensors are freed when it returns, before the next case allocates.
     for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case)):
         for d in (64, 128) if kind in parts else ():
+            if "d128" in parts and d != 128:  # `bwd2 d128`: head_dim 128 only
+                continue
             for n in ((4096, 16384) if kind == "bwd2" else (1024, 4096, 16384)):
                 case(d, n)
 
