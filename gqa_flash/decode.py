@@ -342,7 +342,7 @@ def _flash_decode_merge_kernel(
 #     while the first waits on memory), and no more: the programs of a second,
 #     partial wave would run on their own at the end, for as long as the whole
 #     first wave took. (On the H200, batch 8: 4 splits, 256 programs for 264
-#     places, ran 7% faster than 5 splits, 320 programs.)
+#     places, ran 7% faster than 5 splits, 320 programs, from 8k keys.)
 #   * and never more splits than key blocks.
 # The interpreter runs programs one after the other, so splitting only adds
 # work there: it pretends to be a small GPU of 4 SMs, which keeps the split
@@ -371,7 +371,7 @@ INTERPRETER_CONFIG = dict(BLOCK_N=16, num_warps=4, num_stages=1)
 # heads on 8 KV heads, head_dim 128, one new token, CUDA graphs): 64-key blocks
 # on 4 warps. Split, with 3 K/V tiles in flight (96 KiB of shared memory: two
 # programs a SM) and the merge kernel launched early (programmatic dependent
-# launch, "pdl"): worth 3-14% at contexts of 1k to 8k, where a step takes 5 to
+# launch, "pdl"): worth 1-14% at contexts of 1k to 8k, where a step takes 5 to
 # 70 microseconds. Not split, with 2 tiles in flight (three programs a SM):
 # 0.90 -> 1.00 of SDPA's speed at batch 64, 1k, against 3 tiles. A paged cache
 # not split wants more, smaller programs (32-key blocks, 3 in flight: four
