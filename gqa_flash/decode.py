@@ -51,6 +51,8 @@ into the score scale):
         one group tile against one chunk of one sequence -> partial (acc, m, l)
     _flash_decode_merge_kernel   grid (B * Hq * Nq / BLOCK_R,)
         the partials of BLOCK_R rows -> their rows of O and their LSE
+        (on a GPU launched early, programmatic dependent launch: it waits
+        on the GPU, not on the host, for the split kernel's partials)
 
 With one split (a batch that fills the GPU on its own) the split kernel
 finishes its rows itself, with Part 4 on a single state, and the merge kernel
@@ -245,11 +247,11 @@ def _flash_decode_split_kernel(
     ACC [B, Hq, N_Q, N_SPLITS, HEAD_DIM], L and M [B, Hq, N_Q, N_SPLITS], all
     fp32 and contiguous: split s of row (b, h, i) at index ((b*Hq + h)*N_Q + i)*N_SPLITS + s.
     """
+    if PDL:  # let the merge kernel start loading its code now; it waits for this grid's writes (gdc_wait)
+        gdc_launch_dependents()
     # Axis 0, the row blocks of one group, varies fastest in launch order, so
     # the programs that read the same chunk of K and V run side by side and
     # the second finds it in L2. (One row block unless group_size * N_Q > 64.)
-    if PDL:  # let the merge kernel start loading its code now; it waits for this grid's writes (gdc_wait)
-        gdc_launch_dependents()
     row_block = tl.program_id(0)
     split_idx = tl.program_id(1)
     batch_idx = tl.program_id(2) // N_KV_HEADS
