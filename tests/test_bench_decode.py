@@ -32,6 +32,21 @@ def test_the_sweep_is_the_stated_grid_and_prefill_runs_only_where_affordable():
     assert ("course_prefill_padded", "contiguous") not in shapes[-1][2]  # batch 64, 128k: 281 PFLOP
 
 
+@pytest.mark.parametrize("block, steps, warps", bd.STREAM_READ_TILES[:2])
+def test_the_read_ceiling_kernel_reads_every_element_once(block, steps, warps):
+    """The Triton read stream behind the read ceiling: each program sums its own STEPS * BLOCK elements,
+    the last one masked, so the sums add up to the whole tensor's (a kernel that skipped or doubled a
+    block would be timed as faster or slower than the memory)."""
+    n = 3 * block * steps + 5  # a ragged last program
+    x = torch.randn(n, generator=torch.Generator().manual_seed(0)).to(torch.float16).to(runtime.DEVICE)
+    sums = torch.empty(-(-n // (block * steps)), dtype=torch.float32, device=runtime.DEVICE)
+    bd._stream_read_kernel[(sums.numel(),)](x, sums, n, BLOCK=block, STEPS=steps, num_warps=warps)
+    expected = x.float().view(-1)
+    for i in range(sums.numel()):
+        part = expected[i * block * steps:(i + 1) * block * steps].sum().item()
+        assert sums[i].item() == pytest.approx(part, abs=1e-2), f"program {i}"
+
+
 def test_every_row_carries_the_environment_and_the_columns_the_notebook_reads():
     assert set(bench.ENVIRONMENT) <= set(bd.FIELDS)
     assert {"provider", "cache", "batch", "context", "tbps", "read_ceiling_tbps", "status", "num_splits", "timing",
