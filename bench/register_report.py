@@ -1,0 +1,81 @@
+"""Registers and spills of the fast backward's kernels, per tile, from ptxas, on any machine (no GPU needed).
+
+    python bench/register_report.py [--head-dim 128] [--dtype bf16]
+
+Compiles ``_fast_backward_kernel`` (two-pass mode: no dQ tile) and ``_fast_dq_kernel`` of
+``gqa_flash/fast/backward.py`` for sm_90 (an H100 or H200) at each of their autotuner candidates, then
+runs the ptxas that ships with Triton (``-v``) on the PTX and prints, per tile: registers a thread,
+bytes spilled, and shared memory. A spilling tile keeps part of its state in local memory (L1, then
+L2): where dK and dV, fp32 and a row per key, fill the registers, that is the first suspect.
+
+The numbers are the local Triton's and ptxas's (the lent H200 runs Triton 3.6; a newer Triton may
+allocate differently), and only the compiler's view: a tile that spills can still be the fastest.
+"""
+
+import argparse
+import os
+import subprocess
+import tempfile
+
+os.environ["TRITON_INTERPRET"] = "0"  # compile for a GPU even here (gqa_flash would pick the interpreter)
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from gqa_flash.fast import backward as fast_backward  # noqa: E402
+
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+COMMON = {"LSE": "*fp32", "Delta": "*fp32", "sm_scale": "fp32", "SEQ_LEN": "i32", "BATCH": "i32",
+          "N_Q_HEADS": "i32", "N_KV_HEADS": "i32"}
+
+
+def signature(kernel_name, block_m, block_n, head_dim, dtype):
+    """The argument types of one kernel at one tile: descriptors carry their block shape."""
+    def desc(rows):
+        return f"tensordesc<{dtype}[1,1,{rows},{head_dim}]>"
+
+    if kernel_name == "dkdv":
+        tensors = {"q_desc": desc(block_m), "k_desc": desc(block_n), "v_desc": desc(block_n), "do_desc": desc(block_m),
+                   "dk_desc": desc(block_n), "dv_desc": desc(block_n), "DQ": "*fp32"}
+        constexprs = {"DQ_ATOMIC": False}
+    else:
+        tensors = {"q_desc": desc(block_m), "k_desc": desc(block_n), "v_desc": desc(block_n), "do_desc": desc(block_m),
+                   "dq_desc": desc(block_m)}
+        constexprs = {}
+    constexprs.update(HEAD_DIM_PAD=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=True, INPUT_PRECISION="tf32")
+    return {**tensors, **COMMON, **{name: "constexpr" for name in constexprs}}, constexprs
+
+
+def report(kernel_name, config, head_dim, dtype):
+    kernel = fast_backward._fast_backward_kernel if kernel_name == "dkdv" else fast_backward._fast_dq_kernel
+    bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+    sig, constexprs = signature(kernel_name, bm, bn, head_dim, dtype)
+    compiled = triton.compile(ASTSource(kernel, sig, constexprs), target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "kernel.ptx")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        log = subprocess.run([PTXAS, "-v", "--gpu-name", "sm_90a", ptx, "-o", os.devnull],
+                             capture_output=True, text=True).stderr
+    lines = [line.split(":", 1)[-1].strip() for line in log.splitlines() if "registers" in line or "spill" in line]
+    return (f"{kernel_name:5s} {bm:3d} x {bn:3d}, {config.num_warps} warps, {config.num_stages} stages: "
+            f"shared {compiled.metadata.shared // 1024} KiB; {'; '.join(lines)}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dim", type=int, default=128, help="a power of two (the padded head dim)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    args = parser.parse_args(argv)
+    for kernel_name, configs in (("dkdv", fast_backward.SEPARATE_CONFIGS), ("dq", fast_backward.DQ_CONFIGS)):
+        for config in configs:
+            try:
+                print(report(kernel_name, config, args.head_dim, args.dtype), flush=True)
+            except Exception as e:  # a tile the compiler refuses at this head dim
+                print(f"{kernel_name} {config}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
