@@ -448,6 +448,15 @@ SHARED_MEMORY_HEADROOM = 24 * 1024  # bytes of a block's shared memory left for 
 MERGE_TILE = 8192  # fp32 elements of partial accumulators in one merge program (64 registers a thread)
 
 
+def pdl_supported(device) -> bool:
+    """Programmatic dependent launch needs a GPU of compute capability 9 (Hopper) or later, and a
+    Triton that has ``gdc_wait``; elsewhere (an A100, a laptop's GPU, the interpreter) the merge
+    kernel is launched the ordinary way, after the split kernel."""
+    if runtime.INTERPRETER or device.type != "cuda" or gdc_wait is None:
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def _gpu_config(num_splits: int, head_dim_pad: int, itemsize: int, device, paged: bool = False) -> dict:
     if num_splits > 1:
         config = dict(SPLIT_CONFIG)
@@ -519,8 +528,8 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
 
     config = dict(config)
     # Programmatic dependent launch: the merge kernel is launched while the split kernel still runs
-    # and waits on the GPU for its writes, instead of after it on the host's queue (GPU only).
-    pdl = bool(config.pop("pdl", False)) and not interpret and gdc_wait is not None
+    # and waits on the GPU for its writes, instead of after it on the host's queue.
+    pdl = bool(config.pop("pdl", False)) and pdl_supported(q.device)
     direct = num_splits == 1
     o = torch.empty((batch, n_q_heads, n_q, head_dim), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, n_q_heads, n_q), dtype=torch.float32, device=q.device)

@@ -72,3 +72,21 @@ def test_load_reimports_a_file_that_changed(tmp_path, monkeypatch):
 def test_unknown_graded_module():
     with pytest.raises(ValueError, match="unknown graded module 'attention'"):
         impl.load("attention")
+
+
+@pytest.mark.parametrize("interpreter, device, capability, expected", [
+    (True, "cpu", None, False),       # this machine: the interpreter
+    (False, "cuda", (8, 0), False),   # an A100, or an Ampere laptop GPU: no griddepcontrol
+    (False, "cuda", (9, 0), True),    # an H100 or H200
+    (False, "cuda", (10, 0), True),   # Blackwell
+])
+def test_decode_launches_the_merge_early_only_where_the_gpu_can(monkeypatch, interpreter, device, capability,
+                                                                 expected):
+    """decode.py asks for programmatic dependent launch (PDL) by default on a GPU; a GPU older than
+    Hopper cannot compile its instructions, so there the merge kernel must be launched plainly."""
+    decode = impl.load("decode")
+    monkeypatch.setattr(runtime, "INTERPRETER", interpreter)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    if decode.gdc_wait is None:  # an older Triton: never
+        expected = False
+    assert decode.pdl_supported(torch.device(device)) is expected
