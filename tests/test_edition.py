@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -182,8 +183,19 @@ def test_make_lab_answers_in_the_edition(student_edition, tmp_path):
             found = re.search(rf"127\.0\.0\.1:{port}/lab\?token=(\w+)", log.read_text())
             token = found.group(1) if found else time.sleep(0.5)
         assert token, f"make lab did not start JupyterLab:\n{log.read_text()[-3000:]}"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=20) as r:
-            names = {item["name"] for item in json.load(r)["content"]}
+        # The URL is printed as the server starts listening; on a loaded machine (two test workers, the
+        # browser test's own JupyterLab) the first request was once refused: retry for a few seconds, and
+        # if it never answers, show the server's log.
+        names, error = None, None
+        for _ in range(20):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=20) as r:
+                    names = {item["name"] for item in json.load(r)["content"]}
+                break
+            except urllib.error.URLError as e:
+                error = e
+                time.sleep(0.5)
+        assert names is not None, f"JupyterLab printed its URL but did not answer ({error}):\n{log.read_text()[-3000:]}"
         assert "00_setup_and_map.ipynb" in names and "data" in names, names
     finally:
         os.killpg(lab.pid, 15)
