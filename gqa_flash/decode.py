@@ -66,6 +66,8 @@ What you write, in four ``@triton.jit`` helpers:
     Part 4  _merge_splits     the log-sum-exp merge of the splits: one row of O and its LSE
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -227,6 +229,18 @@ def _merge_splits(acc_s, l_s, m_s):
 
 
 @triton.jit
+def _store_rows(O, LSE, o, lse, batch_idx, q_head, token, offs_d, row_ok,
+                stride_ob, stride_oh, stride_on, stride_od, N_Q_HEADS, N_Q, HEAD_DIM):
+    """Store finished rows (either kernel's): row r of ``o`` (fp32, [rows, HEAD_DIM_PAD]) at
+    O[batch_idx, q_head[r], token[r], :] in O's dtype, its ``lse`` at LSE[batch_idx, q_head[r], token[r]]
+    (LSE is [B, Hq, N_Q], contiguous). Rows with ``row_ok`` False and padding columns are not stored."""
+    o_rows = O + batch_idx.to(tl.int64) * stride_ob + q_head.to(tl.int64) * stride_oh + token * stride_on
+    tl.store(o_rows[:, None] + offs_d[None, :] * stride_od, o.to(O.dtype.element_ty),
+             mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
+    tl.store(LSE + (batch_idx.to(tl.int64) * N_Q_HEADS + q_head) * N_Q + token, lse, mask=row_ok)
+
+
+@triton.jit
 def _flash_decode_split_kernel(
     Q, K, V, SEQLENS, BLOCK_TABLE, ACC, L, M, O, LSE,
     stride_qb, stride_qh, stride_qn, stride_qd,
@@ -277,21 +291,19 @@ def _flash_decode_split_kernel(
                                    stride_vd, stride_tb, stride_tp, N_Q, HEAD_DIM,
                                    BLOCK_N, PAGE_SIZE, PAGED, INPUT_PRECISION)
 
-    row = (batch_idx.to(tl.int64) * N_Q_HEADS + q_head) * N_Q + token
-    tile_ok = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
     if DIRECT:
         # One split holds the whole row: Part 4 merges a single state (normalises it) here, and no
         # merge kernel runs, which saves a launch and the partial state's trip through memory.
         o, lse = _merge_splits(acc[:, None, :], l_i[:, None], m_i[:, None])
-        o_rows = O + batch_idx.to(tl.int64) * stride_ob + q_head.to(tl.int64) * stride_oh + token * stride_on
-        tl.store(o_rows[:, None] + offs_d[None, :] * stride_od, o.to(O.dtype.element_ty), mask=tile_ok)
-        tl.store(LSE + row, lse, mask=row_ok)
+        _store_rows(O, LSE, o, lse, batch_idx, q_head, token, offs_d, row_ok,
+                    stride_ob, stride_oh, stride_on, stride_od, N_Q_HEADS, N_Q, HEAD_DIM)
     else:
         # The partial state, as it is: an empty split writes (0, 0, -inf), which the merge knows to skip.
-        state = row * N_SPLITS + split_idx
+        state = ((batch_idx.to(tl.int64) * N_Q_HEADS + q_head) * N_Q + token) * N_SPLITS + split_idx
         tl.store(L + state, l_i, mask=row_ok)
         tl.store(M + state, m_i, mask=row_ok)
-        tl.store(ACC + state[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=tile_ok)
+        tl.store(ACC + state[:, None] * HEAD_DIM + offs_d[None, :], acc,
+                 mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM))
 
 
 @triton.jit
@@ -327,11 +339,8 @@ def _flash_decode_merge_kernel(
 
     # Part 4: the log-sum-exp merge.
     o, lse = _merge_splits(acc_s, l_s, m_s)
-
-    o_rows = O + batch_idx.to(tl.int64) * stride_ob + q_head.to(tl.int64) * stride_oh + new_token * stride_on
-    tl.store(o_rows[:, None] + offs_d[None, :] * stride_od, o.to(O.dtype.element_ty),
-             mask=row_ok[:, None] & d_ok[None, :])
-    tl.store(LSE + rows, lse, mask=row_ok)
+    _store_rows(O, LSE, o, lse, batch_idx, q_head, new_token, offs_d, row_ok,
+                stride_ob, stride_oh, stride_on, stride_od, N_Q_HEADS, N_Q, HEAD_DIM)
 
 
 # --- How many splits, and which tiles ----------------------------------------
@@ -353,10 +362,25 @@ INTERPRETER_SMS = 4
 PROGRAMS_PER_SM = 2  # what SPLIT_CONFIG's shared memory allows at head_dim 128, bf16
 
 
-def _sm_count(device) -> int:
+@functools.lru_cache(maxsize=None)
+def _gpu_properties(index: int) -> tuple[int, int, int]:
+    """(SMs, compute capability's major number, bytes of shared memory a block may use) of CUDA
+    GPU ``index``: asked once, not at every decoding step."""
+    props = torch.cuda.get_device_properties(index)
+    shared = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+    return props.multi_processor_count, props.major, shared
+
+
+def _on_gpu(device) -> tuple[int, int, int] | None:
+    """``_gpu_properties`` of ``device``, or None where kernels run in the interpreter."""
     if runtime.INTERPRETER or device.type != "cuda":
-        return INTERPRETER_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
+        return None
+    return _gpu_properties(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _sm_count(device) -> int:
+    gpu = _on_gpu(device)
+    return INTERPRETER_SMS if gpu is None else gpu[0]
 
 
 def default_num_splits(programs: int, max_seqlen: int, block_n: int, device) -> int:
@@ -390,9 +414,8 @@ def pdl_supported(device) -> bool:
     """Programmatic dependent launch needs a GPU of compute capability 9 (Hopper) or later, and a
     Triton that has ``gdc_wait``; elsewhere (an A100, a laptop's GPU, the interpreter) the merge
     kernel is launched the ordinary way, after the split kernel."""
-    if runtime.INTERPRETER or device.type != "cuda" or gdc_wait is None:
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    gpu = _on_gpu(device)
+    return gpu is not None and gpu[1] >= 9 and gdc_wait is not None
 
 
 def _gpu_config(num_splits: int, head_dim_pad: int, itemsize: int, device, paged: bool = False) -> dict:
@@ -402,8 +425,7 @@ def _gpu_config(num_splits: int, head_dim_pad: int, itemsize: int, device, paged
         config = dict(PAGED_WHOLE_CONFIG if paged else WHOLE_CONFIG)
     # K and V tiles, num_stages of each in flight, must fit in a block's shared memory (227 KiB on an
     # H200): halve the block until they fit (head_dim 256 in fp32 needs it).
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    budget = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"] - SHARED_MEMORY_HEADROOM
+    budget = _on_gpu(device)[2] - SHARED_MEMORY_HEADROOM
     while config["BLOCK_N"] > 16 and 2 * config["BLOCK_N"] * head_dim_pad * itemsize * config["num_stages"] > budget:
         config["BLOCK_N"] //= 2
     return config
@@ -471,12 +493,12 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
     direct = num_splits == 1
     o = torch.empty((batch, n_q_heads, n_q, head_dim), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, n_q_heads, n_q), dtype=torch.float32, device=q.device)
-    # The partial states, [B, Hq, Nq, splits(, D)] fp32; one split needs none (any fp32 tensor will do).
-    acc = lse if direct else torch.empty((batch, n_q_heads, n_q, num_splits, head_dim), dtype=torch.float32,
-                                         device=q.device)
-    l_part = lse if direct else torch.empty((batch, n_q_heads, n_q, num_splits), dtype=torch.float32,
-                                            device=q.device)
-    m_part = lse if direct else torch.empty_like(l_part)
+    if direct:  # one split needs no partial states: any fp32 tensor stands in for them
+        acc = l_part = m_part = lse
+    else:  # [B, Hq, Nq, splits(, D)] fp32
+        acc = torch.empty((batch, n_q_heads, n_q, num_splits, head_dim), dtype=torch.float32, device=q.device)
+        l_part = torch.empty((batch, n_q_heads, n_q, num_splits), dtype=torch.float32, device=q.device)
+        m_part = torch.empty_like(l_part)
 
     _flash_decode_split_kernel[(row_blocks, num_splits, batch * n_kv_heads)](
         q, k_cache, v_cache, cache_seqlens, table, acc, l_part, m_part, o, lse,
@@ -489,17 +511,26 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
         DIRECT=direct, PDL=pdl and not direct,
         **config,
     )
-    if direct:
-        return (o, lse) if return_lse else o
-    # The merge: BLOCK_R rows a program, as many as keep its [BLOCK_R, splits, head_dim] tile of
-    # partial accumulators within MERGE_TILE elements (on a GPU: registers; in the interpreter, where
-    # every program costs Python overhead, as many as there are, up to 64).
+    if not direct:
+        merge_splits(acc, l_part, m_part, o, lse, pdl)
+    return (o, lse) if return_lse else o
+
+
+def merge_splits(acc, l_part, m_part, o, lse, pdl=False):
+    """Launch the merge kernel: the partial states ``acc`` [B, Hq, Nq, splits, D], ``l_part`` and
+    ``m_part`` [B, Hq, Nq, splits] (fp32, contiguous) into ``o`` [B, Hq, Nq, D] and ``lse``
+    [B, Hq, Nq]. ``pdl``: launched early, waiting on the GPU for the split kernel (``pdl_supported``)."""
+    batch, n_q_heads, n_q, num_splits, head_dim = acc.shape
+    head_dim_pad = max(16, triton.next_power_of_2(head_dim))
+    # BLOCK_R rows a program, as many as keep its [BLOCK_R, splits, head_dim] tile of partial
+    # accumulators within MERGE_TILE elements (on a GPU: registers; in the interpreter, where every
+    # program costs Python overhead, as many as there are, up to 64).
     n_rows, splits_pad = batch * n_q_heads * n_q, triton.next_power_of_2(num_splits)
     fit = max(1, MERGE_TILE // (splits_pad * head_dim_pad))
+    interpret = runtime.INTERPRETER or not acc.is_cuda
     block_r = min(triton.next_power_of_2(n_rows), 64 if interpret else 1 << (fit.bit_length() - 1))
     _flash_decode_merge_kernel[(triton.cdiv(n_rows, block_r),)](
         acc, l_part, m_part, o, lse, *o.stride(), n_rows, n_q_heads, num_splits,
         N_Q=n_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=splits_pad, BLOCK_R=block_r,
         PDL=pdl, num_warps=4, **(dict(launch_pdl=True) if pdl else {}),
     )
-    return (o, lse) if return_lse else o

@@ -76,9 +76,9 @@ def test_unknown_graded_module():
 
 @pytest.mark.parametrize("interpreter, device, capability, expected", [
     (True, "cpu", None, False),       # this machine: the interpreter
-    (False, "cuda", (8, 0), False),   # an A100, or an Ampere laptop GPU: no griddepcontrol
-    (False, "cuda", (9, 0), True),    # an H100 or H200
-    (False, "cuda", (10, 0), True),   # Blackwell
+    (False, "cuda:0", (8, 0), False),   # an A100, or an Ampere laptop GPU: no griddepcontrol
+    (False, "cuda:0", (9, 0), True),    # an H100 or H200
+    (False, "cuda:0", (10, 0), True),   # Blackwell
 ])
 def test_decode_launches_the_merge_early_only_where_the_gpu_can(monkeypatch, interpreter, device, capability,
                                                                  expected):
@@ -86,7 +86,8 @@ def test_decode_launches_the_merge_early_only_where_the_gpu_can(monkeypatch, int
     Hopper cannot compile its instructions, so there the merge kernel must be launched plainly."""
     decode = impl.load("decode")
     monkeypatch.setattr(runtime, "INTERPRETER", interpreter)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    # the GPU's (SMs, capability's major number, shared memory), as decode.py asks for them
+    monkeypatch.setattr(decode, "_gpu_properties", lambda index: (132, capability[0], 232448))
     if decode.gdc_wait is None:  # an older Triton: never
         expected = False
     assert decode.pdl_supported(torch.device(device)) is expected
