@@ -34,10 +34,11 @@ import triton.language as tl
 from triton.testing import do_bench_cudagraph
 
 from gqa_flash import impl
+from gqa_flash.lab import bench_decode as bd
 from gqa_flash.lab.bench import environment
 
 dec = impl.load("decode")
-HQ, HKV, D = 32, 8, 128
+HQ, HKV, D = bd.Q_HEADS, bd.KV_HEADS, bd.HEAD_DIM  # bench_decode's shape: Llama 3 8B's attention
 SHAPES = [(1, 1024), (1, 8192), (1, 32768), (8, 1024), (8, 8192), (8, 32768), (64, 1024), (64, 8192)]
 TILES = [(32, 4, 3), (64, 4, 2), (64, 4, 3), (64, 4, 4), (64, 8, 3), (128, 4, 2), (128, 4, 3), (128, 8, 3)]
 
@@ -120,37 +121,8 @@ def prefetch_decode(q, kp, vp, seqlens, table, num_splits, block_n, warps, stage
         q, kp, vp, seqlens, table, acc, l_part, m_part, *q.stride(), *kp.stride(), *vp.stride(), *table.stride(),
         d ** -0.5 * dec.LOG2_E, hq, hkv, splits, chunk, N_Q=nq, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=16,
         BLOCK_N=block_n, PAGE_SIZE=page_size, num_warps=warps, num_stages=stages)
-    n_rows, splits_pad = batch * hq * nq, triton.next_power_of_2(splits)
-    block_r = min(triton.next_power_of_2(n_rows), max(1, dec.MERGE_TILE // (splits_pad * d)))
-    block_r = 1 << (block_r.bit_length() - 1)
-    dec._flash_decode_merge_kernel[(triton.cdiv(n_rows, block_r),)](
-        acc, l_part, m_part, o, lse, *o.stride(), n_rows, hq, splits, N_Q=nq, HEAD_DIM=d, HEAD_DIM_PAD=d,
-        SPLITS_PAD=splits_pad, BLOCK_R=block_r, PDL=False, num_warps=4)
+    dec.merge_splits(acc, l_part, m_part, o, lse)
     return o
-
-
-def paged(k, v, page_size, shuffle, seed=0):
-    """The contiguous cache [B, Hkv, S, D] as a pool [pages, page_size, Hkv, D] and its block table."""
-    batch, hkv, context, d = k.shape
-    pages = context // page_size
-    order = (torch.randperm(batch * pages, generator=torch.Generator().manual_seed(seed)) if shuffle
-             else torch.arange(batch * pages)).to(k.device)
-    pools = []
-    for x in (k, v):
-        pool = torch.empty(batch * pages, page_size, hkv, d, device=k.device, dtype=k.dtype)
-        for b in range(batch):
-            pool[order[b * pages:(b + 1) * pages]] = x[b].view(hkv, pages, page_size, d).permute(1, 2, 0, 3)
-        pools.append(pool)
-    return pools[0], pools[1], order.view(batch, pages).to(torch.int32)
-
-
-def shape_inputs(batch, context):
-    """q [B, Hq, 1, D], a full contiguous cache k, v [B, Hkv, context, D] in bf16, and cache_seqlens."""
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(batch, HQ, 1, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k, v = (torch.empty(batch, HKV, context, D, device="cuda", dtype=torch.bfloat16).normal_(generator=gen)
-            for _ in range(2))
-    return q, k, v, torch.full((batch,), context, dtype=torch.int32, device="cuda")
 
 
 def split_candidates(batch, context, sms):
@@ -173,9 +145,9 @@ def main(out_dir):
     writer.writeheader()
     began = time.time()
     for batch, context in SHAPES:
-        q, k, v, seqlens = shape_inputs(batch, context)
+        q, k, v, seqlens = bd.contiguous_inputs(batch, context)
         expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True).float()
-        kv_bytes = 2 * batch * HKV * context * D * 2
+        kv_bytes = bd.kv_bytes(batch, context)
         sdpa_ms = []
 
         def record(question, variant, cache, fn, splits="", tile=("", "", ""), pdl=""):
@@ -226,7 +198,7 @@ def main(out_dir):
                max_seqlen=context, num_splits=splits, config=cfg), splits, tile, pdl)
         for page_size in (16, 256):
             for shuffle in (False, True):
-                kp, vp, table = paged(k, v, page_size, shuffle)
+                kp, vp, table = bd.paged_pool(k, v, page_size, shuffle=shuffle)
                 name = f"paged{page_size}_{'shuffled' if shuffle else 'in_order'}"
                 record("layout", "flash_decode", name, lambda: dec.flash_decode(
                     q, kp, vp, seqlens, block_table=table, max_seqlen=context, num_splits=splits, config=cfg),
@@ -257,8 +229,8 @@ def paged_tiles(out_dir):
                                            "ms", "tbps", "ratio_to_sdpa", "status", *env], restval="")
     writer.writeheader()
     for batch, context in PAGED_SHAPES:
-        q, k, v, seqlens = shape_inputs(batch, context)
-        kp, vp, table = paged(k, v, 16, True)
+        q, k, v, seqlens = bd.contiguous_inputs(batch, context)
+        kp, vp, table = bd.paged_pool(k, v, 16)
         expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True).float()
         sdpa_ms = do_bench_cudagraph(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), rep=20)
         chosen = dec.default_num_splits(batch * HKV, context, dec.SPLIT_BLOCK_N, q.device)
@@ -274,7 +246,7 @@ def paged_tiles(out_dir):
                         err = (fn().float() - expected).abs().max().item()
                         if err <= 2e-2:
                             ms = do_bench_cudagraph(fn, rep=20)
-                            row.update(ms=round(ms, 5), tbps=round(2 * batch * HKV * context * D * 2 / ms * 1e-9, 3),
+                            row.update(ms=round(ms, 5), tbps=round(bd.kv_bytes(batch, context) / ms * 1e-9, 3),
                                        ratio_to_sdpa=round(sdpa_ms / ms, 3), status="ok")
                         else:
                             row["status"] = f"wrong: {err:.1e}"

@@ -49,6 +49,11 @@ DQ_FIXED = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
 KV_FIXED = {64: (64, 64, 4, 2), 128: (64, 128, 8, 2)}
 
 
+def backward_tile(t):
+    """(BLOCK_M, BLOCK_N, warps, stages) as the fast backward's ``config`` / ``dq_config``."""
+    return dict(BLOCK_M=t[0], BLOCK_N=t[1], num_warps=t[2], num_stages=t[3])
+
+
 def rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
@@ -98,7 +103,8 @@ def main(out_dir, parts=("fwd", "bwd")):
         measure("fwd", variants, d, n, flops, base, lambda out: rel(out, ref), 2e-2)
 
     def backward_inputs(d, n):
-        """q, k, v, dO of one backward shape, its FLOPs, SDPA's gradients and SDPA's time."""
+        """q, k, v, dO of one backward shape, O and LSE from the fast forward (any tile gives the same),
+        its FLOPs, SDPA's gradients and SDPA's time."""
         b, hq, hkv = 16384 // n, 32, 8
         gen = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
@@ -108,34 +114,30 @@ def main(out_dir, parts=("fwd", "bwd")):
         o_ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True, enable_gqa=True)
         ref = torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True)
         base = bench(lambda: torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True))
-        return q, k, v, do, flops, ref, base
+        o, lse = fast_forward.fast_attention_forward(q, k, v, causal=True, return_lse=True)
+        return q, k, v, do, o, lse, flops, ref, base
 
     def backward_case(d, n):
-        q, k, v, do, flops, ref, base = backward_inputs(d, n)
+        q, k, v, do, o, lse, flops, ref, base = backward_inputs(d, n)
         record("bwd", "sdpa_default", d, n, base, flops, base, 0.0)
-        o, lse = fast_forward.fast_attention_forward(q, k, v, causal=True, return_lse=True)
         variants = [
             ("graded_autotuned", lambda: gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=True)),
             ("fast_autotuned", lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True)),
         ]
         for bm, bn, w, st in BWD:
-            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
+            cfg = backward_tile((bm, bn, w, st))
             variants.append((f"fast_{bm}x{bn}_w{w}_s{st}",
                              lambda cfg=cfg: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True,
                                                                                   config=cfg)))
         measure("bwd", variants, d, n, flops, base, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
 
     def separate_case(d, n):
-        q, k, v, do, flops, ref, base = backward_inputs(d, n)
+        q, k, v, do, o, lse, flops, ref, base = backward_inputs(d, n)
         record("bwd2", "sdpa_default", d, n, base, flops, base, 0.0)
-        o, lse = fast_forward.fast_attention_forward(q, k, v, causal=True, return_lse=True)
-
-        def cfg(t):
-            return dict(BLOCK_M=t[0], BLOCK_N=t[1], num_warps=t[2], num_stages=t[3])
 
         def run(kv, dq):
             return lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True, dq_mode="separate",
-                                                                 config=cfg(kv), dq_config=cfg(dq))
+                                                                 config=backward_tile(kv), dq_config=backward_tile(dq))
 
         variants = [("fast_separate_autotuned", lambda: fast_backward.fast_attention_backward(
             q, k, v, o, lse, do, causal=True, dq_mode="separate"))]

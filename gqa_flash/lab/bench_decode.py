@@ -187,22 +187,35 @@ def splits_chosen(decode, batch, context, device) -> str:
         return ""
 
 
-def inputs(batch, context, seed=0):
-    """q, the contiguous cache k, v [B, Hkv, S, D], cache_seqlens, and the same cache paged: kp, vp, table."""
+def contiguous_inputs(batch, context, seed=0):
+    """q [B, Hq, 1, D], a full contiguous cache k, v [B, Hkv, S, D] and cache_seqlens (= context)."""
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
     q = torch.randn(batch, Q_HEADS, NEW_TOKENS, HEAD_DIM, device=DEVICE, dtype=DTYPE, generator=gen)
     k, v = (torch.empty(batch, KV_HEADS, context, HEAD_DIM, device=DEVICE, dtype=DTYPE).normal_(generator=gen)
             for _ in range(2))
-    seqlens = torch.full((batch,), context, dtype=torch.int32, device=DEVICE)
-    pages = context // PAGE_SIZE
-    perm = torch.randperm(batch * pages, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
-    kp, vp = (torch.empty(batch * pages, PAGE_SIZE, KV_HEADS, HEAD_DIM, device=DEVICE, dtype=DTYPE)
+    return q, k, v, torch.full((batch,), context, dtype=torch.int32, device=DEVICE)
+
+
+def paged_pool(k, v, page_size, seed=0, shuffle=True):
+    """The contiguous cache k, v [B, Hkv, S, D] as a pool [pages, page_size, Hkv, D] holding the same
+    values, and its block table [B, S / page_size] int32: the pages shuffled in the pool, or in order."""
+    batch, kv_heads, context, head_dim = k.shape
+    pages = context // page_size
+    order = (torch.randperm(batch * pages, generator=torch.Generator().manual_seed(seed)) if shuffle
+             else torch.arange(batch * pages)).to(k.device)
+    kp, vp = (torch.empty(batch * pages, page_size, kv_heads, head_dim, device=k.device, dtype=k.dtype)
               for _ in range(2))
     for b in range(batch):  # one sequence at a time: a copy of the whole cache would double its memory
-        where = perm[b * pages:(b + 1) * pages]
-        kp[where] = k[b].view(KV_HEADS, pages, PAGE_SIZE, HEAD_DIM).permute(1, 2, 0, 3)
-        vp[where] = v[b].view(KV_HEADS, pages, PAGE_SIZE, HEAD_DIM).permute(1, 2, 0, 3)
-    return q, k, v, seqlens, kp, vp, perm.view(batch, pages).to(torch.int32)
+        where = order[b * pages:(b + 1) * pages]
+        kp[where] = k[b].view(kv_heads, pages, page_size, head_dim).permute(1, 2, 0, 3)
+        vp[where] = v[b].view(kv_heads, pages, page_size, head_dim).permute(1, 2, 0, 3)
+    return kp, vp, order.view(batch, pages).to(torch.int32)
+
+
+def inputs(batch, context, seed=0):
+    """q, the contiguous cache k, v [B, Hkv, S, D], cache_seqlens, and the same cache paged: kp, vp, table."""
+    q, k, v, seqlens = contiguous_inputs(batch, context, seed)
+    return (q, k, v, seqlens, *paged_pool(k, v, PAGE_SIZE, seed))
 
 
 def providers(q, k, v, seqlens, kp, vp, table, flex, rows):
