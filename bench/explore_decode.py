@@ -121,7 +121,7 @@ def prefetch_decode(q, kp, vp, seqlens, table, num_splits, block_n, warps, stage
         q, kp, vp, seqlens, table, acc, l_part, m_part, *q.stride(), *kp.stride(), *vp.stride(), *table.stride(),
         d ** -0.5 * dec.LOG2_E, hq, hkv, splits, chunk, N_Q=nq, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=16,
         BLOCK_N=block_n, PAGE_SIZE=page_size, num_warps=warps, num_stages=stages)
-    dec.merge_splits(acc, l_part, m_part, o, lse)
+    dec.launch_merge(acc, l_part, m_part, o, lse)
     return o
 
 

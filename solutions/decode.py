@@ -574,11 +574,11 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
         **config,
     )
     if not direct:
-        merge_splits(acc, l_part, m_part, o, lse, pdl)
+        launch_merge(acc, l_part, m_part, o, lse, pdl)
     return (o, lse) if return_lse else o
 
 
-def merge_splits(acc, l_part, m_part, o, lse, pdl=False):
+def launch_merge(acc, l_part, m_part, o, lse, pdl=False):
     """Launch the merge kernel: the partial states ``acc`` [B, Hq, Nq, splits, D], ``l_part`` and
     ``m_part`` [B, Hq, Nq, splits] (fp32, contiguous) into ``o`` [B, Hq, Nq, D] and ``lse``
     [B, Hq, Nq]. ``pdl``: launched early, waiting on the GPU for the split kernel (``pdl_supported``)."""
