@@ -86,6 +86,34 @@ def _key_block_step(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head
     """Add the query blocks start..end of one query head into dk, dv (registers) and, with
     DQ_ATOMIC, into DQ (atomics)."""
     for m0 in tl.range(start, end, BLOCK_M):
+        dk, dv = _query_block(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n, m0,
+                              qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, MASKED, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size, N_Q_HEADS, offs_n,
+                 start, n_steps, qk_scale, SEQ_LEN, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """The query blocks start, start + BLOCK_M, ... (n_steps of them) of every query head of the
+    group, in one loop: head after head, so the software pipeline starts once, not once a head."""
+    per_head = tl.maximum(n_steps, 1)  # the loop is empty when n_steps is 0: never divide by it
+    for step in tl.range(0, group_size * n_steps):
+        h = step // per_head
+        m0 = start + (step - h * per_head) * BLOCK_M
+        q_head = kv_head * group_size + h
+        bh = (batch * N_Q_HEADS + q_head).to(tl.int64)
+        dk, dv = _query_block(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n, m0,
+                              qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, MASKED, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _query_block(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n, m0, qk_scale, SEQ_LEN,
+                 HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                 DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """One query block of one query head against this program's key block."""
+    if True:
         offs_m = m0 + tl.arange(0, BLOCK_M)
         m_ok = offs_m < SEQ_LEN
         q = q_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
@@ -122,7 +150,7 @@ def _fast_backward_kernel(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, DQ, LSE, Delta,
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr, FLAT: tl.constexpr = False,
 ):
     """dK, dV of one key block of one KV head (summed over its group), and with DQ_ATOMIC its share of dQ.
 
@@ -146,7 +174,25 @@ def _fast_backward_kernel(
     qk_scale = sm_scale * 1.4426950408889634  # log2(e)
     ragged = n0 + BLOCK_N > SEQ_LEN
 
-    for h in range(0, group_size):
+    if FLAT:
+        if CAUSAL:
+            diag_end = tl.minimum(n0 + BLOCK_N, SEQ_LEN)
+            dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
+                                  N_Q_HEADS, offs_n, n0, tl.cdiv(diag_end - n0, BLOCK_M), qk_scale, SEQ_LEN,
+                                  HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
+            start = n0 + BLOCK_N
+        else:
+            start = 0
+        n_rest = tl.cdiv(tl.maximum(SEQ_LEN - start, 0), BLOCK_M)
+        if ragged:
+            dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
+                                  N_Q_HEADS, offs_n, start, n_rest, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True,
+                                  CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
+        else:
+            dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
+                                  N_Q_HEADS, offs_n, start, n_rest, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False,
+                                  CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
+    for h in range(0, group_size * (1 - FLAT)):
         q_head = kv_head * group_size + h
         bh = (batch * N_Q_HEADS + q_head).to(tl.int64)  # row of LSE, Delta and DQ
         if CAUSAL:  # the diagonal: query blocks that overlap this key block, masked
@@ -371,7 +417,7 @@ def default_dq_mode(head_dim_pad) -> str:
 
 
 def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, config=None, dq_mode=None,
-                            dq_config=None):
+                            dq_config=None, flat=False):
     """Same contract as ``flash_attention_backward``; inputs are checked by the caller.
 
     ``dq_mode``: ``"atomic"`` (one pass, dQ added with atomics), ``"separate"`` (a dK/dV pass,
@@ -406,7 +452,7 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
     _launch(_fast_backward_kernel, dq_mode, lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,),
             descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dk_desc", dk), ("dv_desc", dv)),
             config, INTERPRETER_CONFIG, FP32_CONFIG, q.dtype, head_dim_pad, dq_sum, lse, delta, *sizes,
-            CAUSAL=causal, DQ_ATOMIC=atomic)
+            CAUSAL=causal, DQ_ATOMIC=atomic, FLAT=flat)
     if atomic:
         dq = (dq_sum[..., :head_dim] * sm_scale).to(q.dtype)
     else:
