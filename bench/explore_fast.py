@@ -1,6 +1,6 @@
 """Device exploration (developers): the fast kernels' tile configs, one run.
 
-    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [merged] [d128]
+    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [d128]
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
@@ -14,7 +14,8 @@ backward's time goes, kernel by kernel (torch.profiler's CUDA times, 20 calls),
 at N = 1k, 4k and 16k, beside SDPA's backward. Writes
 OUT_DIR/explore_fast_<parts>.csv.
 
-Earlier runs also timed lazy rescaling, a warp-specialized key loop and the
+Earlier runs also timed the forward with the blocks before the diagonal and
+the diagonal's in one loop (part merged, commit 239abec), lazy rescaling, a warp-specialized key loop and the
 TMA's bulk dQ add, options since taken out of the kernels; their
 outcomes are in bench/RESULTS.md (lazy rescaling's numbers in
 notebooks/data/h200_fast_forward_subtiles_lazy_rescaling.csv).
@@ -51,7 +52,6 @@ DQ_SEPARATE = [(128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 8, 3), (128, 128, 8, 
 DQ_FIXED = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
 KV_FLAT = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (32, 128, 8, 3), (32, 64, 8, 2),
            (64, 128, 8, 1), (32, 128, 4, 3)]
-FWD_MERGED = [(256, 64, 8, 3, 2), (128, 64, 4, 2, 2), (128, 64, 4, 3, 2), (64, 64, 4, 3, 1)]
 KV_FIXED = {64: (64, 64, 4, 2), 128: (64, 128, 8, 2)}
 
 
@@ -157,29 +157,12 @@ def main(out_dir, parts=("fwd", "bwd")):
 
         def run(kv, flat):
             return lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True, dq_mode="separate",
-                                                                 config=backward_tile(kv),
-                                                                 dq_config=backward_tile(DQ_FIXED[d]), flat=flat)
+                                                                 config=dict(backward_tile(kv), FLAT=flat),
+                                                                 dq_config=backward_tile(DQ_FIXED[d]))
 
         variants = [(f"kv_{t[0]}x{t[1]}_w{t[2]}_s{t[3]}{'_flat' if flat else ''}", run(t, flat))
                     for t in KV_FLAT for flat in (False, True)]
         measure("flat", variants, d, n, flops, base, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
-
-    def merged_case(d, n):
-        b, hq, hkv = 16384 // n, 32, 8
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
-        flops = 4 * b * hq * n * n * d / 2
-        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        base = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
-        record("merged", "sdpa_default", d, n, base, flops, base, 0.0)
-        variants = []
-        for bm, bn, w, st, sub in FWD_MERGED:
-            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=sub)
-            for merged in (False, True):
-                variants.append((f"fast_{bm}x{bn}_w{w}_s{st}{'_sub2' if sub == 2 else ''}{'_merged' if merged else ''}",
-                                 lambda cfg=cfg, merged=merged: fast_forward.fast_attention_forward(
-                                     q, k, v, causal=True, config=cfg, merged=merged)))
-        measure("merged", variants, d, n, flops, base, lambda out: rel(out, ref), 2e-2)
 
     def split_case(d, n):
         """Each kernel's share of one two-pass backward (autotuned; the tuning runs before the profile)."""
@@ -199,11 +182,11 @@ def main(out_dir, parts=("fwd", "bwd")):
 
     # One function a case: its tensors are freed when it returns, before the next case allocates.
     for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case),
-                       ("flat", flat_case), ("merged", merged_case), ("split", split_case)):
+                       ("flat", flat_case), ("split", split_case)):
         for d in (64, 128) if kind in parts else ():
             if "d128" in parts and d != 128:  # `bwd2 d128`: head_dim 128 only
                 continue
-            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "merged": (1024, 4096)}
+            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384)}
             for n in lengths.get(kind, (1024, 4096, 16384)):
                 case(d, n)
 

@@ -37,6 +37,14 @@ registers. What changes:
    ``gqa_flash/fast/forward.py``), and the heaviest blocks first: under
    the causal mask key block 0 is seen by every query, the last one by the
    fewest; for dQ the last query block sees the most keys.
+4. One loop for the whole KV group (``FLAT``, an autotuner choice). The
+   graded kernel's dK/dV program runs two loops for each query head of the
+   group (its diagonal, then the rest); each loop starts Triton's software
+   pipeline afresh, and the compiled kernel holds the state of all of them.
+   ``_group_steps`` instead walks (head, query block) pairs in one loop:
+   fewer registers (ptxas) and no restart between heads; measured, it wins
+   at 4k and not everywhere at 16k, so the autotuner picks (see
+   ``SEPARATE_CONFIGS``).
 
 D = rowsum(dO * O) comes from a small kernel of its own (``_delta_kernel``).
 Inputs the TMA cannot read (a last dim with stride != 1, rows that
@@ -113,29 +121,28 @@ def _query_block(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, b
                  HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                  DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """One query block of one query head against this program's key block."""
-    if True:
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        m_ok = offs_m < SEQ_LEN
-        q = q_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
-        do = do_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
-        lse2 = tl.load(LSE + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0) * 1.4426950408889634
-        delta = tl.load(Delta + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0)
-        # The tile transposed, keys down the rows: dk and dv come out one row per key.
-        p_t = tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale - lse2[None, :])
-        if MASKED:
-            keep = offs_n[:, None] < SEQ_LEN
-            if CAUSAL:
-                keep = keep & (offs_n[:, None] <= offs_m[None, :])
-            p_t = tl.where(keep, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=INPUT_PRECISION)
-        dp_t = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
-        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
-        dk = tl.dot(ds_t, q, dk, input_precision=INPUT_PRECISION)
-        if DQ_ATOMIC:  # a constexpr: in two-pass mode this code is not compiled at all
-            # This tile's share of dQ (sm_scale is applied once, on the host), one atomic add per element.
-            dq = tl.dot(tl.trans(ds_t), k, input_precision=INPUT_PRECISION)
-            dq_ptrs = DQ + (bh * SEQ_LEN + offs_m[:, None]) * HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_PAD)[None, :]
-            tl.atomic_add(dq_ptrs, dq, mask=m_ok[:, None], sem="relaxed")
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < SEQ_LEN
+    q = q_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
+    do = do_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
+    lse2 = tl.load(LSE + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0) * 1.4426950408889634
+    delta = tl.load(Delta + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0)
+    # The tile transposed, keys down the rows: dk and dv come out one row per key.
+    p_t = tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale - lse2[None, :])
+    if MASKED:
+        keep = offs_n[:, None] < SEQ_LEN
+        if CAUSAL:
+            keep = keep & (offs_n[:, None] <= offs_m[None, :])
+        p_t = tl.where(keep, p_t, 0.0)
+    dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=INPUT_PRECISION)
+    dp_t = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
+    ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+    dk = tl.dot(ds_t, q, dk, input_precision=INPUT_PRECISION)
+    if DQ_ATOMIC:  # a constexpr: in two-pass mode this code is not compiled at all
+        # This tile's share of dQ (sm_scale is applied once, on the host), one atomic add per element.
+        dq = tl.dot(tl.trans(ds_t), k, input_precision=INPUT_PRECISION)
+        dq_ptrs = DQ + (bh * SEQ_LEN + offs_m[:, None]) * HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_PAD)[None, :]
+        tl.atomic_add(dq_ptrs, dq, mask=m_ok[:, None], sem="relaxed")
     return dk, dv
 
 
@@ -174,7 +181,7 @@ def _fast_backward_kernel(
     qk_scale = sm_scale * 1.4426950408889634  # log2(e)
     ragged = n0 + BLOCK_N > SEQ_LEN
 
-    if FLAT:
+    if FLAT:  # the group's query heads one after another in one loop (one pipeline start), twice
         if CAUSAL:
             diag_end = tl.minimum(n0 + BLOCK_N, SEQ_LEN)
             dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
@@ -192,27 +199,28 @@ def _fast_backward_kernel(
             dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
                                   N_Q_HEADS, offs_n, start, n_rest, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False,
                                   CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
-    for h in range(0, group_size * (1 - FLAT)):
-        q_head = kv_head * group_size + h
-        bh = (batch * N_Q_HEADS + q_head).to(tl.int64)  # row of LSE, Delta and DQ
-        if CAUSAL:  # the diagonal: query blocks that overlap this key block, masked
-            dk, dv = _key_block_step(
-                dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
-                n0, tl.minimum(n0 + BLOCK_N, SEQ_LEN), qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M,
-                True, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
-            start = n0 + BLOCK_N  # every later query sees every key of the block
-        else:
-            start = 0
-        if ragged:  # the last key block, with keys past SEQ_LEN: masked everywhere
-            dk, dv = _key_block_step(
-                dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
-                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC,
-                INPUT_PRECISION)
-        else:  # no mask at all
-            dk, dv = _key_block_step(
-                dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
-                start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False, CAUSAL, DQ_ATOMIC,
-                INPUT_PRECISION)
+    else:  # one loop a query head: its diagonal, then the rest
+        for h in range(0, group_size):
+            q_head = kv_head * group_size + h
+            bh = (batch * N_Q_HEADS + q_head).to(tl.int64)  # row of LSE, Delta and DQ
+            if CAUSAL:  # the diagonal: query blocks that overlap this key block, masked
+                dk, dv = _key_block_step(
+                    dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
+                    n0, tl.minimum(n0 + BLOCK_N, SEQ_LEN), qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M,
+                    True, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
+                start = n0 + BLOCK_N  # every later query sees every key of the block
+            else:
+                start = 0
+            if ragged:  # the last key block, with keys past SEQ_LEN: masked everywhere
+                dk, dv = _key_block_step(
+                    dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
+                    start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC,
+                    INPUT_PRECISION)
+            else:  # no mask at all
+                dk, dv = _key_block_step(
+                    dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
+                    start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False, CAUSAL, DQ_ATOMIC,
+                    INPUT_PRECISION)
 
     dk = dk * sm_scale  # S = Q K^T * sm_scale, so dK picks up the scale once
     dk_desc.store([batch, kv_head, n0, 0], dk.to(dk_desc.dtype).reshape(1, 1, BLOCK_N, HEAD_DIM_PAD))
@@ -306,21 +314,28 @@ def _set_block_shapes(nargs):
 
 
 def _configs(tiles):
-    return [triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn), num_warps=w, num_stages=st, pre_hook=_set_block_shapes)
-            for bm, bn, w, st in tiles]
+    """(BLOCK_M, BLOCK_N, warps, stages) or (..., "flat") as autotuner configs."""
+    return [triton.Config(dict(BLOCK_M=t[0], BLOCK_N=t[1], **({"FLAT": True} if t[4:] == ("flat",) else {})),
+                          num_warps=t[2], num_stages=t[3], pre_hook=_set_block_shapes)
+            for t in tiles]
 
 
 # The dK/dV kernel: BLOCK_M queries a step, BLOCK_N keys a program (for fp16 and bf16; fp32 takes
 # FP32_CONFIG). One pass, measured (bench/RESULTS.md): 64 x 128 on 8 warps wins at head_dims 64 and 128.
 CONFIGS = _configs([(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (32, 128, 8, 2), (32, 64, 4, 2),
                     (32, 32, 4, 1)])
-# Two passes: the same kernel without the dQ tile holds fewer registers. ptxas's report for sm_90
-# (Triton 3.8, compiled without a GPU) at head_dim 128: 64 x 128 spills in both modes, while
-# 32 x 128 with 3 stages and 32 x 64 on 8 warps spill nothing in two-pass mode; at 64, 64 x 128 with
-# 3 stages spills nothing. So this mode has its own candidates. The autotuner's picks on the H200
-# (h200_backward_dq_modes.csv): 64 x 64 on 4 warps at head_dim 64, 64 x 128 (32 x 128 at 1k) at 128.
-SEPARATE_CONFIGS = _configs([(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 3), (32, 128, 8, 2), (32, 64, 8, 3),
-                             (32, 64, 8, 2), (64, 64, 4, 2)])  # the last: the graded kernel's pick at 1k
+# Two passes: the same kernel without the dQ tile holds fewer registers, so this mode has its own
+# candidates, each tile with one loop a query head and some with one loop for the whole group
+# ("flat"). ptxas's report for sm_90 (bench/register_report.py) at head_dim 128: 64 x 128 on 8 warps
+# spills 324 bytes a thread with a loop a head and 76 flat; at 64, 64 x 64 on 4 warps goes from 255
+# registers and a spill to 209 and none. Measured on the H200 at fixed tiles
+# (h200_backward_flat_forward_merged.csv, ratio to cuDNN, whole backward): flat wins at N = 4k
+# (head_dim 128: 0.81 against 0.76 at 64 x 128; 64: 0.93 at 32 x 128 on 4 warps against 0.90 for
+# the best per-head tile) and at 16k is within 0.01 or behind (64 x 64 at head_dim 64: 0.76 flat,
+# 0.82 a loop a head), so both kinds stay candidates. 64 x 128 with 3 stages only fits in shared
+# memory at head_dim 64; 32 x 128 on 4 warps collapses at 128 (0.28) and leads at 64.
+SEPARATE_CONFIGS = _configs([(64, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 2, "flat"), (32, 128, 8, 3),
+                             (32, 128, 4, 3, "flat"), (64, 64, 4, 2), (64, 64, 4, 2, "flat"), (32, 64, 8, 3)])
 # The dQ kernel: BLOCK_M queries a program, BLOCK_N keys a step. Its registers hold dq (the forward's
 # accumulator), Q and dO, and the score and dP tiles; 128 rows want 8 warps, as in the forward (a
 # Hopper matrix instruction covers 64 rows per 4 warps). None of these spills at head_dim 64 or 128
@@ -345,7 +360,7 @@ def _prune_dq(configs, named_args, **kwargs):
     return fits or configs
 
 
-INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32)
+INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=32, FLAT=True)  # the CPU tests run the per-head loop too
 DQ_INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16)  # the diagonal spans two key blocks, one half masked away
 # fp32 on a GPU: ieee products on the CUDA cores and 4-byte tiles; dK and dV of BLOCK_N keys live
 # in registers. The smallest tile, at every head dim: of the small tiles the one that spills fewest
@@ -417,13 +432,13 @@ def default_dq_mode(head_dim_pad) -> str:
 
 
 def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, config=None, dq_mode=None,
-                            dq_config=None, flat=False):
+                            dq_config=None):
     """Same contract as ``flash_attention_backward``; inputs are checked by the caller.
 
     ``dq_mode``: ``"atomic"`` (one pass, dQ added with atomics), ``"separate"`` (a dK/dV pass,
     then a dQ pass), or None for ``default_dq_mode``. Inputs the TMA cannot read are copied
-    first into a layout it can. ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages) fixes the
-    dK/dV kernel's tile and ``dq_config`` the dQ kernel's, skipping the autotuner, for
+    first into a layout it can. ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages, optionally
+    FLAT) fixes the dK/dV kernel's tile and ``dq_config`` the dQ kernel's, skipping the autotuner, for
     benchmarks; fp32 on a GPU takes ``FP32_CONFIG`` and ``DQ_FP32_CONFIG`` unless given.
     """
     batch, n_q_heads, seq_len, head_dim = q.shape
@@ -452,7 +467,7 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
     _launch(_fast_backward_kernel, dq_mode, lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,),
             descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dk_desc", dk), ("dv_desc", dv)),
             config, INTERPRETER_CONFIG, FP32_CONFIG, q.dtype, head_dim_pad, dq_sum, lse, delta, *sizes,
-            CAUSAL=causal, DQ_ATOMIC=atomic, FLAT=flat)
+            CAUSAL=causal, DQ_ATOMIC=atomic)
     if atomic:
         dq = (dq_sum[..., :head_dim] * sm_scale).to(q.dtype)
     else:

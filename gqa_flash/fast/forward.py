@@ -69,26 +69,17 @@ from gqa_flash import runtime
 
 
 @triton.jit
-def _scores(q, k_tile, start_n, offs_m, SEQ_LEN, mask_from, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-            CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    """Raw scores of one query tile against one key tile; -inf where a key is hidden.
-    MASKED: 0 never, 1 always, 2 from the key block at mask_from on (a branch on each step)."""
+def _scores(q, k_tile, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+            INPUT_PRECISION: tl.constexpr):
+    """Raw scores of one query tile against one key tile; -inf where a key is hidden."""
     s = tl.dot(q, tl.trans(k_tile), input_precision=INPUT_PRECISION)
-    if MASKED == 1:
-        s = _mask(s, start_n, offs_m, SEQ_LEN, BLOCK_N, CAUSAL)
-    elif MASKED == 2:
-        if start_n >= mask_from:
-            s = _mask(s, start_n, offs_m, SEQ_LEN, BLOCK_N, CAUSAL)
+    if MASKED:
+        cols = start_n + tl.arange(0, BLOCK_N)
+        keep = cols[None, :] < SEQ_LEN
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, float("-inf"))
     return s
-
-
-@triton.jit
-def _mask(s, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
-    cols = start_n + tl.arange(0, BLOCK_N)
-    keep = cols[None, :] < SEQ_LEN
-    if CAUSAL:
-        keep = keep & (cols[None, :] <= offs_m[:, None])
-    return tl.where(keep, s, float("-inf"))
 
 
 @triton.jit
@@ -104,22 +95,21 @@ def _fold(acc, row_sum, row_max, s, v, qk_scale, INPUT_PRECISION: tl.constexpr):
 
 @triton.jit
 def _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, start, end, offs_m, qk_scale, SEQ_LEN,
-            mask_from, BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+            BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
             INPUT_PRECISION: tl.constexpr):
     """Fold key blocks start..end (exclusive, in steps of BLOCK_N) into the state."""
     for start_n in tl.range(start, end, BLOCK_N):
         # [BLOCK_N, HEAD_DIM_PAD] tiles; rows past SEQ_LEN and columns past HEAD_DIM come back as 0.
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-        s = _scores(q, k, start_n, offs_m, SEQ_LEN, mask_from, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
+        s = _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
         acc, row_sum, row_max = _fold(acc, row_sum, row_max, s, v, qk_scale, INPUT_PRECISION)
     return acc, row_sum, row_max
 
 
 @triton.jit
 def _attend_pair(acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, start,
-                 end, qk_scale, SEQ_LEN, mask_from, BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-                 MASKED: tl.constexpr,
+                 end, qk_scale, SEQ_LEN, BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr,
                  CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """``_attend`` for two query sub-tiles that share each key tile (the software ping-pong):
     both score products are issued before either softmax, so the tensor cores can work on
@@ -127,8 +117,8 @@ def _attend_pair(acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v
     for start_n in tl.range(start, end, BLOCK_N):
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-        s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, mask_from, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
-        s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, mask_from, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
+        s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
+        s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
         acc0, l0, m0 = _fold(acc0, l0, m0, s0, v, qk_scale, INPUT_PRECISION)
         acc1, l1, m1 = _fold(acc1, l1, m1, s1, v, qk_scale, INPUT_PRECISION)
     return acc0, l0, m0, acc1, l1, m1
@@ -140,7 +130,6 @@ def _fast_forward_kernel(
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr = True,
-    MERGED: tl.constexpr = False,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
     group_size = N_Q_HEADS // N_KV_HEADS
@@ -178,20 +167,16 @@ def _fast_forward_kernel(
         phase2_end = SEQ_LEN
     lse_base = LSE + batch.to(tl.int64) * stride_lb + q_head.to(tl.int64) * stride_lh
 
-    # MERGED: the key blocks before the diagonal and the diagonal's in one loop, masked from
-    # phase1_end on by a branch on each step, so that the software pipeline starts once.
-    first_end = phase1_end if MERGED else 0
     if SUBTILES == 1:
         offs_m = q_start + tl.arange(0, BLOCK_M)
         q = q_desc.load([batch, q_head, q_start, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
         acc, row_sum, row_max = _empty_state(BLOCK_M, HEAD_DIM_PAD)
-        if not MERGED:
-            acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, 0, phase1_end,
-                                            offs_m, qk_scale, SEQ_LEN, 0, BLOCK_N, HEAD_DIM_PAD, 0, CAUSAL,
-                                            INPUT_PRECISION)
-        acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head,
-                                        phase1_end - first_end, phase2_end, offs_m, qk_scale, SEQ_LEN, first_end,
-                                        BLOCK_N, HEAD_DIM_PAD, MERGED + 1, CAUSAL, INPUT_PRECISION)
+        acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, 0, phase1_end,
+                                        offs_m, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL,
+                                        INPUT_PRECISION)
+        acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, phase1_end,
+                                        phase2_end, offs_m, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL,
+                                        INPUT_PRECISION)
         _store(acc, row_sum, row_max, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, BLOCK_M, HEAD_DIM_PAD)
     else:
         tl.static_assert(SUBTILES == 2, "SUBTILES is 1 or 2")
@@ -202,10 +187,9 @@ def _fast_forward_kernel(
         q1 = q_desc.load([batch, q_head, q_start + SUB, 0]).reshape(SUB, HEAD_DIM_PAD)
         acc0, l0, m0 = _empty_state(SUB, HEAD_DIM_PAD)
         acc1, l1, m1 = _empty_state(SUB, HEAD_DIM_PAD)
-        if not MERGED:
-            acc0, l0, m0, acc1, l1, m1 = _attend_pair(
-                acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, 0, phase1_end,
-                qk_scale, SEQ_LEN, 0, BLOCK_N, HEAD_DIM_PAD, 0, CAUSAL, INPUT_PRECISION)
+        acc0, l0, m0, acc1, l1, m1 = _attend_pair(
+            acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, 0, phase1_end,
+            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, INPUT_PRECISION)
         if CAUSAL:
             # The diagonal: the first sub-tile sees no key past its own last row, so the
             # second sub-tile finishes the diagonal alone.
@@ -214,11 +198,10 @@ def _fast_forward_kernel(
         else:
             pair_end = phase2_end
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
-            acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head,
-            phase1_end - first_end, pair_end, qk_scale, SEQ_LEN, first_end, BLOCK_N, HEAD_DIM_PAD, MERGED + 1, CAUSAL,
-            INPUT_PRECISION)
+            acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, phase1_end,
+            pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
         acc1, l1, m1 = _attend(acc1, l1, m1, q1, k_desc, v_desc, batch, kv_head, pair_end, phase2_end, offs_m1,
-                               qk_scale, SEQ_LEN, 0, BLOCK_N, HEAD_DIM_PAD, 1, CAUSAL, INPUT_PRECISION)
+                               qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
         _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
         _store(acc1, l1, m1, o_desc, lse_base, batch, q_head, q_start + SUB, SEQ_LEN, SUB, HEAD_DIM_PAD)
 
@@ -275,9 +258,21 @@ def fits(config, head_dim_pad) -> bool:
     return head_dim_pad <= 128 or config.kwargs["BLOCK_M"] * config.kwargs["BLOCK_N"] <= 128 * 64
 
 
+# Below this length the 256-row tiles are not candidates. Measured at fixed tiles in one run
+# (h200_backward_flat_forward_merged.csv, rows without "merged"; ratio to cuDNN): at head_dim 128,
+# 256 x 64 ran 0.74 at 1k and 0.91 at 4k against 0.84 and 0.98 for 128 x 64 on 4 warps with 2
+# stages; at 64, 0.68 and 0.84 against 0.92 and 0.99 for 64 x 64. Yet in the main sweeps the
+# autotuner picked it at 4k, where the fast forward then ran 0.91-0.93: its timing of near ties
+# (an earlier run had 0.95 against 0.945 at head_dim 128, 4k) is noisier than their difference at
+# 1k-4k. From 8k on the 256-row tile is what wins at head_dim 128 (bench/RESULTS.md).
+LONG_TILES_FROM = 8192
+
+
 def _prune(configs, named_args, **kwargs):
     args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
-    return [c for c in configs if fits(c, args["HEAD_DIM_PAD"])] or configs
+    kept = [c for c in configs if fits(c, args["HEAD_DIM_PAD"])
+            and (c.kwargs["BLOCK_M"] < 256 or args["SEQ_LEN"] >= LONG_TILES_FROM)]
+    return kept or configs
 
 
 INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, SUBTILES=2)  # the ping-pong path, which the H200 runs most
@@ -328,8 +323,7 @@ def input_precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None, group_major=True,
-                           merged=False):
+def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None, group_major=True):
     """Same contract as ``flash_attention_forward``; inputs are checked by the caller.
 
     Inputs the TMA cannot read are copied first into a layout it can (``readable``).
@@ -363,7 +357,6 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
         descs["q_desc"], descs["k_desc"], descs["v_desc"], descs["o_desc"], lse, *lse.stride()[:2],
         sm_scale, seq_len, batch, n_q_heads, n_kv_heads,
         HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, INPUT_PRECISION=input_precision(q.dtype), GROUP_MAJOR=group_major,
-        MERGED=merged,
         **config,
     )
     if not o.is_contiguous():  # rows were padded to 16 bytes: hand back a plain tensor

@@ -2,8 +2,10 @@
 
 import pytest
 import torch
+from triton.runtime.errors import OutOfResources
 
 import gqa_flash
+from gqa_flash.fast import backward as fast_backward
 from gqa_flash.testing import random_qkv
 
 pytestmark = pytest.mark.gpu
@@ -52,3 +54,39 @@ def test_fast_backward_layouts_and_fp32_on_gpu(case, seed):
     q, k, v = (t.requires_grad_(True)
                for t in random_qkv(1, 8, 2, 777, d, dtype=dtype, layout=layout, seed=seed, device="cuda"))
     check_gradients(q, k, v, True, True, tol, label=f"fast {case[:3]}")
+
+
+TILE_CASES = [  # (batch, Hq, Hkv, N, D, dtype, causal, relative tolerance)
+    (1, 8, 2, 1023, 128, torch.bfloat16, True, 3e-2),  # ragged: the last key block is masked everywhere
+    (1, 4, 1, 777, 64, torch.float16, False, 1e-2),
+]
+TILES = ([("dkdv", i) for i in range(len(fast_backward.SEPARATE_CONFIGS))]
+         + [("dq", i) for i in range(len(fast_backward.DQ_CONFIGS))])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kernel,index", TILES, ids=[f"{k}{i}" for k, i in TILES])
+def test_every_fast_backward_config_on_gpu(kernel, index, seed):
+    """The autotuner picks one tile per shape, so each two-pass candidate (dK/dV, and dQ) is checked
+    here at fixed tiles, the other kernel left to its autotuner. A tile that does not fit the GPU's
+    shared memory at a head dim is skipped there, as the autotuner skips it."""
+    c = (fast_backward.SEPARATE_CONFIGS if kernel == "dkdv" else fast_backward.DQ_CONFIGS)[index]
+    tile = dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
+    checked = []
+    for case in TILE_CASES:
+        b, hq, hkv, n, d, dtype, causal, tol = case
+        q, k, v = random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda")
+        do = torch.randn(q.shape, device="cuda", dtype=dtype)
+        o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)
+        fixed = {"config": tile} if kernel == "dkdv" else {"dq_config": tile}
+        try:
+            grads = fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=causal, dq_mode="separate",
+                                                          **fixed)
+        except OutOfResources:
+            continue
+        for name, g, ref in zip("QKV", grads, gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
+            rel = ((g.double().cpu() - ref).norm() / ref.norm()).item()
+            assert rel <= tol, f"{kernel} tile {tile}, case {case[:7]}, seed {seed}: d{name} relative error {rel:.2e}"
+        checked.append(f"N={n} D={d}")
+    print(f"\n{kernel} tile {tile}: matches float64 at {', '.join(checked)}")
+    assert checked, "no case ran"
