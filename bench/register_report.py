@@ -51,6 +51,9 @@ def report(kernel_name, config, head_dim, dtype):
     kernel = fast_backward._fast_backward_kernel if kernel_name == "dkdv" else fast_backward._fast_dq_kernel
     bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
     sig, constexprs = signature(kernel_name, bm, bn, head_dim, dtype)
+    flat = config.kwargs.get("FLAT", False)
+    if kernel_name == "dkdv":  # one loop for the KV group, or one a query head
+        constexprs["FLAT"], sig["FLAT"] = flat, "constexpr"
     compiled = triton.compile(ASTSource(kernel, sig, constexprs), target=GPUTarget("cuda", 90, 32),
                               options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,7 +63,8 @@ def report(kernel_name, config, head_dim, dtype):
         log = subprocess.run([PTXAS, "-v", "--gpu-name", "sm_90a", ptx, "-o", os.devnull],
                              capture_output=True, text=True).stderr
     lines = [line.split(":", 1)[-1].strip() for line in log.splitlines() if "registers" in line or "spill" in line]
-    return (f"{kernel_name:5s} {bm:3d} x {bn:3d}, {config.num_warps} warps, {config.num_stages} stages: "
+    return (f"{kernel_name:5s} {bm:3d} x {bn:3d}, {config.num_warps} warps, {config.num_stages} stages"
+            f"{', flat' if flat else ''}: "
             f"shared {compiled.metadata.shared // 1024} KiB; {'; '.join(lines)}")
 
 

@@ -131,3 +131,36 @@ def test_fast_kernels_in_a_course_copy_without_the_completed_files(tmp_path):
     assert "all fast-kernel cases passed" in result.stdout, log
     assert result.stdout.count("ok ") == 10, log
     assert not (copy / "solutions").exists()
+
+
+def test_fast_backward_ragged_key_block_whose_padding_overflows():
+    """In two passes the ragged last key block runs unmasked (gqa_flash/fast/backward.py, item 2):
+    keys past N load as zeros, and against a very negative LSE their exp2 overflows to inf. That
+    must stay in their own rows of dK and dV, which are never stored. Scores near -140 here, so
+    exp2 of a padded key's 0 minus the LSE is inf in fp32."""
+    import warnings
+
+    import torch
+
+    import gqa_flash
+    from gqa_flash.fast.backward import INTERPRETER_CONFIG, fast_attention_backward
+    from gqa_flash.testing import gradient_error
+
+    gen = torch.Generator().manual_seed(0)
+    n, d = 37, 32  # 37 keys: the second 32-key block is ragged
+    q = 5.0 + 0.1 * torch.randn(1, 4, n, d, generator=gen)
+    k = -5.0 + 0.1 * torch.randn(1, 2, n, d, generator=gen)
+    v, do = torch.randn(1, 2, n, d, generator=gen), torch.randn(1, 4, n, d, generator=gen)
+    for causal in (True, False):
+        o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)
+        assert lse.max() < -100, "the case must make padded keys overflow"
+        refs = gqa_flash.reference_gradients(q, k, v, do, causal=causal)
+        for flat in (True, False):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # the interpreter's numpy reports the overflow
+                grads = fast_attention_backward(q, k, v, o, lse, do, causal=causal, dq_mode="separate",
+                                                config=dict(INTERPRETER_CONFIG, FLAT=flat))
+            for name, g, r in zip("QKV", grads, refs):
+                assert torch.isfinite(g).all(), f"d{name} has inf or NaN (causal={causal}, flat={flat})"
+                err, bound = gradient_error(g, r, torch.float32)
+                assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e} (causal={causal}, flat={flat})"

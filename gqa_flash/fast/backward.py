@@ -29,10 +29,15 @@ registers. What changes:
 2. Masks only where they matter. Under the causal mask, the query blocks
    that overlap this key block (the diagonal) need the mask; every later
    query block sees the whole key block. Padding rows need no mask at all:
-   the TMA loads them as zeros, so they add 0 to dK, dV and dQ. Only
-   a ragged last key block is masked everywhere (a zero key against a very
-   negative LSE would overflow exp2). The dQ kernel likewise masks only the
-   key blocks on its diagonal, or the ragged last one.
+   the TMA loads them as zeros, so they add 0 to dK, dV and dQ. Keys past
+   the end (a ragged last key block) load as zeros too; against a very
+   negative LSE their exp2 overflows, but a key's P and dS only reach its
+   own row of dK and dV, which the TMA never stores. Only in one-pass mode,
+   where dS also reaches dQ, is that block masked everywhere. (The masked
+   copy of the loop cost the two-pass kernel its own registers and pipeline
+   buffers: at head_dim 128, 64 x 128 on 8 warps went from 193 KiB of
+   shared memory and a 76-byte spill to 128 KiB and none, ptxas.) The dQ
+   kernel masks only the key blocks on its diagonal, or the ragged last one.
 3. Tensor descriptors built on the host (the TMA, as in
    ``gqa_flash/fast/forward.py``), and the heaviest blocks first: under
    the causal mask key block 0 is seen by every query, the last one by the
@@ -191,7 +196,7 @@ def _fast_backward_kernel(
         else:
             start = 0
         n_rest = tl.cdiv(tl.maximum(SEQ_LEN - start, 0), BLOCK_M)
-        if ragged:
+        if DQ_ATOMIC and ragged:  # keys past SEQ_LEN would reach dQ: masked (item 2 above)
             dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
                                   N_Q_HEADS, offs_n, start, n_rest, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True,
                                   CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
@@ -211,7 +216,7 @@ def _fast_backward_kernel(
                 start = n0 + BLOCK_N  # every later query sees every key of the block
             else:
                 start = 0
-            if ragged:  # the last key block, with keys past SEQ_LEN: masked everywhere
+            if DQ_ATOMIC and ragged:  # keys past SEQ_LEN would reach dQ: masked everywhere
                 dk, dv = _key_block_step(
                     dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
                     start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC,
@@ -326,16 +331,18 @@ CONFIGS = _configs([(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (32, 128, 
                     (32, 32, 4, 1)])
 # Two passes: the same kernel without the dQ tile holds fewer registers, so this mode has its own
 # candidates, each tile with one loop a query head and some with one loop for the whole group
-# ("flat"). ptxas's report for sm_90 (bench/register_report.py) at head_dim 128: 64 x 128 on 8 warps
-# spills 324 bytes a thread with a loop a head and 76 flat; at 64, 64 x 64 on 4 warps goes from 255
-# registers and a spill to 209 and none. Measured on the H200 at fixed tiles
-# (h200_backward_flat_forward_merged.csv, ratio to cuDNN, whole backward): flat wins at N = 4k
-# (head_dim 128: 0.81 against 0.76 at 64 x 128; 64: 0.93 at 32 x 128 on 4 warps against 0.90 for
-# the best per-head tile) and at 16k is within 0.01 or behind (64 x 64 at head_dim 64: 0.76 flat,
-# 0.82 a loop a head), so both kinds stay candidates. 64 x 128 with 3 stages only fits in shared
-# memory at head_dim 64; 32 x 128 on 4 warps collapses at 128 (0.28) and leads at 64.
-SEPARATE_CONFIGS = _configs([(64, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 2, "flat"), (32, 128, 8, 3),
-                             (32, 128, 4, 3, "flat"), (64, 64, 4, 2), (64, 64, 4, 2, "flat"), (32, 64, 8, 3)])
+# ("flat"). Measured on the H200 at fixed tiles (h200_backward_flat_forward_merged.csv, ratio to
+# cuDNN, whole backward), when the ragged last key block still had a masked copy of the loop: flat
+# won at N = 4k (head_dim 128: 0.81 against 0.76 at 64 x 128; 64: 0.93 at 32 x 128 on 4 warps
+# against 0.90 for the best per-head tile) and at 16k was within 0.01 or behind (64 x 64 at
+# head_dim 64: 0.76 flat, 0.82 a loop a head), so both kinds are candidates. Without that copy
+# (ptxas for sm_90, bench/register_report.py), the flat tiles below spill nothing at head_dim 64
+# and at 128 only 64 x 128 with 3 stages (28 bytes; it now fits in shared memory there, 162 KiB)
+# and 32 x 128 on 4 warps (which collapses at 128, 0.28, and leads at 64). 32 x 64 is the one
+# tile left at head_dim 256.
+SEPARATE_CONFIGS = _configs([(64, 128, 8, 3), (64, 128, 8, 3, "flat"), (64, 128, 8, 2), (64, 128, 8, 2, "flat"),
+                             (32, 128, 8, 3), (32, 128, 4, 3, "flat"), (64, 64, 4, 2), (64, 64, 4, 2, "flat"),
+                             (32, 64, 8, 3)])
 # The dQ kernel: BLOCK_M queries a program, BLOCK_N keys a step. Its registers hold dq (the forward's
 # accumulator), Q and dO, and the score and dP tiles; 128 rows want 8 warps, as in the forward (a
 # Hopper matrix instruction covers 64 rows per 4 warps). None of these spills at head_dim 64 or 128
