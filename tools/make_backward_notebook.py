@@ -5,7 +5,7 @@ notebook in place with the solutions, so that its stored outputs (the check cell
     GQA_FLASH_IMPL=solutions .venv/bin/jupyter nbconvert --to notebook --execute --inplace \
         notebooks/06_backward_and_training.ipynb
 
-The backward's H200 measurements are the topics "backward_dq_modes" and "backward_dq_add" of
+The backward's H200 measurements are the topics "backward_dq_modes", "backward_dq_add" and "backward_split" of
 notebooks/data/INDEX.csv (gqa_flash.lab.results), and the tiny model's training on the H200 is the topic
 "tiny_model_training"; the numbers the text quotes are computed below from those files, and the asserts
 check the words around them.
@@ -61,6 +61,35 @@ oor = next(line for line in results.load("backward_dq_add").read_text().splitlin
            if "fast_64x128_w8_s2_bulk: OutOfResources" in line and "d=128" in line)
 NUM["smem_need"], NUM["smem_max"] = (f"{int(oor.split(key)[1].split(',')[0].split('.')[0]):,}"
                                      for key in ("Required: ", "Hardware limit: "))
+
+# Where the fast backward's time goes: each kernel's CUDA time (torch.profiler), topic "backward_split".
+SPLIT = {(int(r["d"]), int(r["n"]), r["provider"]): float(r["ms"]) for r in results.load("backward_split")}
+SPLIT_SHAPES = sorted({(d, n) for d, n, _ in SPLIT})
+
+
+def pass_rate(d, n, kernel, products):
+    """A pass's own TFLOP/s: `products` matrix products a tile, the forward's two being 4*B*Hq*N^2*D/2."""
+    return products / 2 * 4 * (16384 // n) * 32 * n * n * d / 2 / SPLIT[(d, n, kernel)] * 1e-9
+
+
+SPLIT_LONG = [(d, n) for d, n in SPLIT_SHAPES if n >= 4096]
+NUM.update(
+    split_file=f"`{results.path('backward_split').name}`",
+    kv_rate=span([pass_rate(d, n, "_fast_backward_kernel", 4) for d, n in SPLIT_LONG], "{:.0f}"),
+    dq_rate=span([pass_rate(d, n, "_fast_dq_kernel", 3) for d, n in SPLIT_LONG], "{:.0f}"),
+    sdpa_rate=span([2.5 * 4 * (16384 // n) * 32 * n * n * d / 2 / SPLIT[(d, n, "sdpa_default")] * 1e-9
+                    for d, n in SPLIT_LONG], "{:.0f}"),
+    kv_share=span([100 * SPLIT[(d, n, "_fast_backward_kernel")] / sum(
+        SPLIT[(d, n, k)] for k in ("_fast_backward_kernel", "_fast_dq_kernel", "_delta_kernel"))
+        for d, n in SPLIT_SHAPES], "{:.0f}"),
+)
+NUM["split_gap"] = f"{max(abs(SPLIT[(d, n, 'fast_total')] / sum(SPLIT[(d, n, k)] for k in ('_fast_backward_kernel', '_fast_dq_kernel', '_delta_kernel')) - 1) for d, n in SPLIT_SHAPES) * 100:.0f}"
+# The words: the dQ pass is faster per product than the dK/dV pass at every shape, and the dK/dV pass
+# takes more than half of the kernels' time everywhere.
+assert all(pass_rate(d, n, "_fast_dq_kernel", 3) > pass_rate(d, n, "_fast_backward_kernel", 4)
+           for d, n in SPLIT_SHAPES)
+assert all(2 * SPLIT[(d, n, "_fast_backward_kernel")] > SPLIT[(d, n, "_fast_backward_kernel")]
+           + SPLIT[(d, n, "_fast_dq_kernel")] + SPLIT[(d, n, "_delta_kernel")] for d, n in SPLIT_SHAPES)
 
 # The tiny model trained on the H200 with three attentions: {provider: [rows by step]}.
 TRAIN_TOPIC = "tiny_model_training"
@@ -361,6 +390,64 @@ for d, n in sorted({(int(r["head_dim"]), int(r["seq_len"])) for r in runs}):
 """),
 md(r"""
 BACKWARD_NARRATIVE
+"""),
+md(r"""
+## Where the time goes
+
+Two passes, but which one is slow? One profile of the fast backward (<<split_file>>: each kernel's time
+on the GPU over 20 calls, from `torch.profiler`) splits every call into its three kernels: $D$, the dK/dV
+pass and the dQ pass. Below, each bar is one call, in units of SDPA's whole backward on the same inputs.
+
+The dK/dV pass is <<kv_share>>% of the kernels' time. Count each pass's own work and the difference is
+plain: from N = 4k the dQ pass runs at <<dq_rate>> TFLOP/s (three matrix products a tile), the dK/dV pass
+at <<kv_rate>> (four), and cuDNN's whole backward at <<sdpa_rate>>. The dQ pass is the forward's shape
+again: one accumulator, queries down the rows, LSE and $D$ one number per row. The dK/dV pass holds two
+accumulators, $dK$ and $dV$, a row per key, and works on the tile transposed: each thread keeps the LSE
+and $D$ of every column it touches. At head_dim 128 that is more than a thread's 255 registers, and the
+compiler spills to memory (`python bench/register_report.py` shows it without a GPU). Your kernel has
+the same shape and pays the same. The fast kernel profiled here also had three copies of its query loop
+(the diagonal, the rest, and the rest masked for a ragged last key block), each compiled into a software
+pipeline with its own buffers and registers; `bench/RESULTS.md` says how they became fewer since, and
+what that measured.
+"""),
+code(r"""
+from gqa_flash.lab import results
+
+ms = {(int(r["d"]), int(r["n"]), r["provider"]): float(r["ms"]) for r in results.load("backward_split")}
+print(results.cite("backward_split"))
+shapes = sorted({(d, n) for d, n, _ in ms})
+passes = [("_fast_backward_kernel", "dK/dV pass", 4), ("_fast_dq_kernel", "dQ pass", 3),
+          ("_delta_kernel", "D = rowsum(dO * O)", 0)]
+print("ms per call; in brackets a pass's own TFLOP/s (its matrix products a tile; the forward has 2)")
+print(f"{'D':>4s} {'N':>6s} {'SDPA':>6s} {'fast':>6s} {'dK/dV':>12s} {'dQ':>12s} {'D':>6s}")
+for d, n in shapes:
+    forward_flops = 4 * (16384 // n) * 32 * n * n * d / 2  # bf16, causal, 32 query heads, 16k tokens
+    cols = [f"{ms[(d, n, k)]:.2f} ({p / 2 * forward_flops / ms[(d, n, k)] * 1e-9:3.0f})" for k, _, p in passes[:2]]
+    print(f"{d:4d} {n:6d} {ms[(d, n, 'sdpa_default')]:6.2f} {ms[(d, n, 'fast_total')]:6.2f} "
+          f"{cols[0]:>12s} {cols[1]:>12s} {ms[(d, n, '_delta_kernel')]:6.3f}")
+
+fig, ax = plt.subplots(figsize=(8, 4.4))
+for i, (d, n) in enumerate(shapes):
+    left, sdpa = 0.0, ms[(d, n, "sdpa_default")]
+    for (key, name, _), color in zip(passes, ("tab:blue", "tab:orange", "tab:gray")):
+        ax.barh(i, ms[(d, n, key)] / sdpa, left=left, color=color, label=name if i == 0 else None)
+        left += ms[(d, n, key)] / sdpa
+    ax.plot(ms[(d, n, "fast_total")] / sdpa, i, "k|", markersize=22, mew=2,
+            label="the whole call, timed on its own" if i == 0 else None)
+ax.axvline(1.0, color="black", lw=1, ls="--", label="SDPA's backward (cuDNN)")
+ax.set_yticks(range(len(shapes)), [f"D={d}, N={n // 1024}k" for d, n in shapes])
+ax.invert_yaxis()
+ax.set_xlabel("time of one backward call, in units of SDPA's backward on the same inputs")
+ax.set_title("The fast backward, kernel by kernel (H200, bf16, causal, GQA 32:8)")
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=8, frameon=False)
+plt.tight_layout()
+plt.show()
+"""),
+md(r"""
+The black tick is the whole call timed on its own (`do_bench`, the cache flushed before each call), the
+bar the profile's kernels back to back; the two methods agree within <<split_gap>>%. The gray sliver, $D$,
+is one small kernel. The blue is the larger part and the slower one per product: a dK/dV pass that holds
+fewer numbers at once is where the most time is to win.
 """),
 ]
 nb = nbf.v4.new_notebook()
