@@ -238,9 +238,9 @@ def _config(bm, bn, warps, stages, subtiles):
 
 
 # Measured on the H200 (bench/explore_fast.py, notebooks/data/): two 128-row
-# sub-tiles (256 x 64, 8 warps) win at head_dim 128 from N = 4k, two 64-row
-# sub-tiles on 4 warps (128 x 64) at head_dim 64 from 2k and, with 2 stages,
-# at 128 for short sequences; 64 x 64 at 1k for head_dim 64. 128 x 64 and
+# sub-tiles (256 x 64, 8 warps) win at head_dim 128 from N = 8k (a tie at 4k,
+# see LONG_TILES_FROM), two 64-row sub-tiles on 4 warps (128 x 64) at head_dim
+# 64 from 2k and, with 2 stages, at 128 for short sequences; 64 x 64 at 1k for head_dim 64. 128 x 64 and
 # 64 x 32 without sub-tiles are there for head dims above 128, where the
 # sub-tiled tiles do not fit in shared memory or spill registers. Fewer
 # candidates also means fewer chances for the autotuner's own timing noise
@@ -258,13 +258,13 @@ def fits(config, head_dim_pad) -> bool:
     return head_dim_pad <= 128 or config.kwargs["BLOCK_M"] * config.kwargs["BLOCK_N"] <= 128 * 64
 
 
-# Below this length the 256-row tiles are not candidates. Measured at fixed tiles in one run
-# (h200_backward_flat_forward_merged.csv, rows without "merged"; ratio to cuDNN): at head_dim 128,
-# 256 x 64 ran 0.74 at 1k and 0.91 at 4k against 0.84 and 0.98 for 128 x 64 on 4 warps with 2
-# stages; at 64, 0.68 and 0.84 against 0.92 and 0.99 for 64 x 64. Yet in the main sweeps the
-# autotuner picked it at 4k, where the fast forward then ran 0.91-0.93: its timing of near ties
-# (an earlier run had 0.95 against 0.945 at head_dim 128, 4k) is noisier than their difference at
-# 1k-4k. From 8k on the 256-row tile is what wins at head_dim 128 (bench/RESULTS.md).
+# Below this length the 256-row tiles are not candidates. Measured at fixed tiles (ratio to cuDNN):
+# at 1k they lose everywhere (head_dim 128: 0.74 against 0.84 for 128 x 64 on 4 warps, 2 stages; 64:
+# 0.68 against 0.92 for 64 x 64; h200_backward_flat_forward_merged.csv, rows without "merged"); at 4k
+# they tie or lose (128: 0.91 against 0.98 there, 0.95 against 0.945 in
+# h200_fast_forward_subtile_shapes.csv, 0.81 against 0.80 in h200_forward_pick_probe.csv; 64: 0.84
+# against 0.99). Fewer candidates, fewer near ties for the autotuner's noisy timing to decide and a
+# shorter first call. From 8k on the 256-row tile wins at head_dim 128 (bench/RESULTS.md).
 LONG_TILES_FROM = 8192
 
 
