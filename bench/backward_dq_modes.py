@@ -54,7 +54,6 @@ head_dim 64, atomic at 64 and below) is right at D128 and wrong at D64 1k. Ratio
 import csv
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -101,23 +100,16 @@ def rel_err(got, ref):
     return max(((g.double() - r.double()).norm() / r.double().norm()).item() for g, r in zip(got, ref))
 
 
-def tile(tuner):
-    """The tile an autotuner picked on its last call, e.g. '64x128 w8 s2'."""
-    c = getattr(tuner, "best_config", None)
-    if c is None:
-        return "?"
-    return f"{c.kwargs.get('BLOCK_M')}x{c.kwargs.get('BLOCK_N')} w{c.num_warps} s{c.num_stages}"
-
-
 def tiles(provider):
     try:
         if provider == "graded":
             tuned = getattr(impl.load("backward"), "_tuned", {})
-            return "; ".join(f"{getattr(k, '__name__', '?')} {tile(t)}" for k, t in tuned.items())
+            return "; ".join(f"{getattr(k, '__name__', '?')} {lab_bench.tile_text(t)}" for k, t in tuned.items())
         if provider == "fast_atomic":
-            return f"dkdv {tile(fast_backward._tuned.get('atomic'))}"
+            return f"dkdv {lab_bench.tile_text(fast_backward._tuned.get('atomic'))}"
         if provider == "fast_separate":
-            return f"dkdv {tile(fast_backward._tuned.get('separate'))}; dq {tile(fast_backward._tuned.get('dq'))}"
+            tuned = fast_backward._tuned
+            return f"dkdv {lab_bench.tile_text(tuned.get('separate'))}; dq {lab_bench.tile_text(tuned.get('dq'))}"
     except Exception as e:  # the tiles are for reading, never a reason to stop
         return f"? ({type(e).__name__})"
     return ""
@@ -182,13 +174,11 @@ def time_shape(d, n, env, writer, rows):
         except Exception as e:  # reported, and the run goes on
             err[name], status[name] = math.nan, f"error: {type(e).__name__}: {str(e)[:120]}"
         picked[name] = tiles(name)
-    timed = [name for name in steps if status[name] == "ok"]
-    rounds = {name: [] for name in timed}
-    for r in range(ROUNDS if timed else 0):  # interleaved: each round runs every provider once,
-        order = timed[r % len(timed):] + timed[:r % len(timed)]  # starting one further along
-        for name in order:
-            rounds[name].append(do_bench(steps[name], warmup=25, rep=100, return_mode="median"))
-    ms = {name: statistics.median(rounds[name]) if name in rounds else math.nan for name in steps}
+    # Interleaved: each round runs every provider once, starting one further along.
+    rounds, errors = lab_bench.interleaved_times({name: steps[name] for name in steps if status[name] == "ok"}, ROUNDS,
+                                                 lambda fn: do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    status.update(errors)
+    ms = {name: lab_bench.median(rounds.get(name, [])) for name in steps}
     flops = 2.5 * case.flops  # case.flops: 4*B*Hq*N^2*D, halved when causal
     for name in steps:
         base = ms["sdpa_default"]

@@ -7,12 +7,13 @@
 #
 #   bash bench/backward_sweep.sh [--out DIR] [--budget SECONDS]
 #
-# Writes backward.csv, environment.txt and backward_sweep.log. The committed backward numbers
-# (notebooks/data/h200_fast_tiles_forward_backward.csv) came from bench/tile_sweep.sh's explore_fast.py
-# instead, which also times fixed tiles; this is the benchmark's own sweep, with every SDPA backend.
+# Writes backward.csv, environment.txt and backward_sweep.log; committed runs of it are
+# notebooks/data/h200_backward_main.csv (beside the forward sweep's h200_forward_beside_backward.csv)
+# and h200_backward_without_ragged_loop.csv. Every provider is checked, then timed in interleaved rounds
+# (--rounds, default 5); the CSV's tiles column says what the course kernels' autotuners picked.
 #
-# Time on the H200, measured with this script on 2026-12-03: 2 min (126 s). That run is the only one of
-# this sweep so far, and it is not committed. Needs a CUDA GPU, torch and triton.
+# Time on the H200 (2026-12-03, before the interleaved rounds): about 2 min (126 s), most of it the
+# autotuners; the rounds add about 1.5 s a shape. Needs a CUDA GPU, torch and triton.
 
 set -uo pipefail
 PARTS="backward"

@@ -1,5 +1,6 @@
 """The benchmark's bookkeeping, its clean exit on a machine with no GPU, and the plots' inputs."""
 
+import csv
 import types
 
 import pytest
@@ -78,3 +79,130 @@ def test_ceilings_are_returned_not_stored(tmp_path):
         assert max(roof) == pytest.approx(500.0)
     finally:
         plt.close(fig)
+
+
+def test_interleaved_rounds_start_one_provider_further_along_each_round():
+    """Each round times every provider once; the first one timed moves along, so that a drift of the
+    machine (clocks ramping, a neighbour) does not always land on the same provider."""
+    calls = []
+    steps = {name: name for name in ("a", "b", "c")}
+    times, errors = bench.interleaved_times(steps, rounds=4, time_one=lambda fn: calls.append(fn) or len(calls))
+    assert calls == list("abc" "bca" "cab" "abc")
+    assert times == {"a": [1, 6, 8, 10], "b": [2, 4, 9, 11], "c": [3, 5, 7, 12]} and errors == {}
+    assert bench.median(times["a"]) == 7.0 and bench.median([]) != bench.median([])  # NaN when never timed
+
+
+def test_a_provider_that_raises_while_timed_is_reported_and_the_others_go_on():
+    def time_one(fn):
+        if fn == "bad" and time_one.calls > 1:
+            raise RuntimeError("illegal memory access")
+        time_one.calls += 1
+        return 1.0
+
+    time_one.calls = 0
+    times, errors = bench.interleaved_times({"good": "good", "bad": "bad"}, rounds=3, time_one=time_one)
+    assert times == {"good": [1.0, 1.0, 1.0], "bad": []}
+    assert errors == {"bad": "error while timing: RuntimeError: illegal memory access"}
+
+
+def test_the_tiles_column_names_what_the_autotuner_picked():
+    triton = pytest.importorskip("triton")
+    tuner = types.SimpleNamespace(best_config=triton.Config(dict(BLOCK_M=32, BLOCK_N=128, FLAT=True),
+                                                            num_warps=4, num_stages=3))
+    assert bench.tile_text(tuner) == "32x128 flat w4 s3"
+    tuner.best_config = triton.Config(dict(BLOCK_M=128, BLOCK_N=64, SUBTILES=2, FLAT=False), num_warps=4,
+                                      num_stages=2)
+    assert bench.tile_text(tuner) == "128x64 sub2 w4 s2"
+    assert bench.tile_text(types.SimpleNamespace()) == "" and bench.tile_text(None) == ""
+
+
+def _cpu_sweep(monkeypatch, times):
+    """The sweeps' logic on a CPU: small fp32 inputs, no CUDA memory statistics, and a timer that runs
+    the step once and returns ``times[provider]`` for whichever provider ran (each appends its name to
+    the list this returns)."""
+    ran = []
+
+    def time_one(fn, rep_ms=bench.REP_MS):
+        fn()
+        return times[ran[-1]]
+
+    monkeypatch.setattr(bench, "environment", lambda: dict(date="d", gpu="cpu", driver="-", torch="t", triton="t",
+                                                           impl="solutions"))
+    monkeypatch.setattr(bench, "inputs", lambda case, seed=0: tuple(
+        torch.randn(1, h, 16, 8, generator=torch.Generator().manual_seed(seed + h)) for h in (4, 2, 2)))
+    monkeypatch.setattr(bench, "_peak_memory", lambda fn, q, k, v, causal: (fn(q, k, v, causal), 1.0))
+    monkeypatch.setattr(bench, "picked_tiles", lambda name, backward=False: f"tile of {name}")
+    monkeypatch.setattr(bench, "do_bench_ms", time_one)
+    return ran
+
+
+def _sdpa(q, k, v, causal):
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+
+def test_the_forward_sweep_checks_then_times_every_right_provider_interleaved(monkeypatch, tmp_path):
+    ran = _cpu_sweep(monkeypatch, dict(sdpa_default=1.0, course_fast=2.0))
+
+    def provider(name, output):
+        def forward(q, k, v, causal):
+            ran.append(name)
+            return output(q, k, v, causal)
+
+        return forward
+
+    def stub(q, k, v, causal):
+        raise NotImplementedError("student stub")
+
+    table = dict(sdpa_default=provider("sdpa_default", _sdpa), course_fast=provider("course_fast", _sdpa),
+                 course_graded=provider("course_graded", lambda q, k, v, causal: torch.zeros_like(q)),
+                 naive=provider("naive", stub))
+    monkeypatch.setattr(bench, "providers", lambda: table)
+    logged = []
+    rows = bench.run([bench.Case(torch.float32, True, 8, 16)], ["course_fast", "course_graded", "naive", "flex"],
+                     tmp_path / "forward.csv", rounds=3, log=logged.append)
+    by = {r["provider"]: r for r in rows}
+    assert list(by) == ["sdpa_default", "course_fast", "course_graded", "naive"]
+    assert "(no such provider here): flex" in logged[0]
+    # every provider checked once, then the right ones timed in three rounds, each starting further along
+    assert ran == ["sdpa_default"] * 2 + ["course_fast", "course_graded", "naive"] + [
+        "sdpa_default", "course_fast", "course_fast", "sdpa_default", "sdpa_default", "course_fast"]
+    fast = by["course_fast"]
+    assert (fast["status"], fast["ratio_to_sdpa_default"], fast["ms_median"]) == ("ok", 0.5, 2.0)
+    assert fast["rounds_ms"] == "2.0000;2.0000;2.0000" and fast["tiles"] == "tile of course_fast"
+    assert by["course_graded"]["status"] == "wrong result" and by["course_graded"]["rounds_ms"] == ""
+    assert by["naive"]["status"] == "error: NotImplementedError: student stub"
+    with open(tmp_path / "forward.csv") as f:
+        assert [r["provider"] for r in csv.DictReader(f)] == list(by)
+
+
+def test_the_backward_sweep_checks_the_gradients_then_times_them_interleaved(monkeypatch, tmp_path):
+    ran = _cpu_sweep(monkeypatch, dict(sdpa_default=1.0, course_fast=4.0))
+
+    def provider(name, scale):
+        def prepare(q, k, v, causal):
+            q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+            o = _sdpa(q, k, v, causal) * scale
+
+            def step():
+                ran.append(name)
+                return torch.autograd.grad(o, (q, k, v), torch.ones_like(o), retain_graph=True)
+
+            return step
+
+        return prepare
+
+    table = dict(sdpa_default=provider("sdpa_default", 1.0), course_fast=provider("course_fast", 1.0),
+                 course_graded=provider("course_graded", 3.0))  # gradients three times too large
+    monkeypatch.setattr(bench, "backward_providers", lambda: table)
+    rows = bench.run_backward([bench.Case(torch.float32, True, 8, 16)], tmp_path / "backward.csv", rounds=2,
+                              log=lambda msg: None)
+    by = {r["provider"]: r for r in rows}
+    assert ran == ["sdpa_default", "course_fast", "course_graded"] + [
+        "sdpa_default", "course_fast", "course_fast", "sdpa_default"]
+    fast = by["course_fast"]
+    assert (fast["status"], fast["ratio_to_sdpa_default"], fast["rounds_ms"]) == ("ok", 0.25, "4.0000;4.0000")
+    assert by["course_graded"]["status"] == "wrong result" and by["course_graded"]["rounds_ms"] == ""
+    assert by["sdpa_default"]["tiles"] == "tile of sdpa_default"
+    assert fast["flops_counted_as"] == "2.5 * 4*B*Hq*N^2*D / 2 (causal)"

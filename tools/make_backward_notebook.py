@@ -3,7 +3,10 @@ notebook in place with the solutions, so that its stored outputs (the check cell
 
     .venv/bin/python tools/make_backward_notebook.py
     GQA_FLASH_IMPL=solutions .venv/bin/jupyter nbconvert --to notebook --execute --inplace \
-        notebooks/06_backward_and_training.ipynb
+        --ExecutePreprocessor.record_timing=False notebooks/06_backward_and_training.ipynb
+
+(record_timing=False keeps nbconvert's timestamps out of the cells' metadata, so a re-run's diff is
+only what changed.)
 
 The backward's H200 measurements are the topics "backward_dq_modes", "backward_dq_add" and "backward_split" of
 notebooks/data/INDEX.csv (gqa_flash.lab.results), and the tiny model's training on the H200 is the topic

@@ -1,7 +1,10 @@
 """Write notebooks/05_performance.ipynb (then run it with the solutions to store its outputs).
 
     .venv/bin/python tools/make_performance_notebook.py
-    GQA_FLASH_IMPL=solutions .venv/bin/jupyter nbconvert --to notebook --execute --inplace notebooks/05_performance.ipynb
+    GQA_FLASH_IMPL=solutions .venv/bin/jupyter nbconvert --to notebook --execute --inplace \
+        --ExecutePreprocessor.record_timing=False notebooks/05_performance.ipynb
+
+(record_timing=False keeps nbconvert's timestamps out of the cells' metadata.)
 
 The measurements are files in notebooks/data/, listed by topic in notebooks/data/INDEX.csv (what, command,
 date, GPU) and discussed in bench/RESULTS.md. This script and its notebook ask gqa_flash.lab.results for a
@@ -523,11 +526,14 @@ cells.append(code(r"""
 from gqa_flash import runtime
 
 if runtime.DEVICE.type == "cuda":
+    import tempfile
     from pathlib import Path
     from gqa_flash.lab import bench as gb
 
+    live_csv = Path(tempfile.mkdtemp(prefix="gqa_flash_bench_")) / "live_bench.csv"  # your own folder
     rows = gb.run([gb.Case(runtime.default_dtype(), True, 128, 4096)],
-                  ["course_graded", "course_fast", "sdpa_default", "sdpa_flash"], Path("/tmp/live_bench.csv"))
+                  ["course_graded", "course_fast", "sdpa_default", "sdpa_flash"], live_csv)
+    print(f"written to {live_csv}")
 else:
     print("No GPU here: the numbers above are the H200's. Run `python -m gqa_flash.lab.bench` on a GPU for your own.")
 """))

@@ -16,8 +16,14 @@ and which implementation the switch pointed to:
                     until it runs out of memory
 
 Each provider's output is checked against SDPA's before it is timed (a wrong
-kernel is reported, not timed; a stub that raises is reported too). Times are
-medians of ``triton.testing.do_bench``. FLOPs are counted as
+kernel is reported, not timed; a stub that raises is reported too). That first
+call also runs the autotuners; the ``tiles`` column says what each course
+kernel's autotuner picked. Then the providers are timed in interleaved rounds
+(``--rounds``, 5 by default): each round times every provider once
+(``triton.testing.do_bench``, a median over 40 ms), starting one provider
+further along each round, so that a drift of the machine within a shape reaches
+every provider alike. ``ms_median`` is the median over the rounds and
+``rounds_ms`` lists them. FLOPs are counted as
 4 * B * Hq * N^2 * D (two matrix products of 2 * N^2 * D each per head),
 halved when causal. Every launch processes 16k tokens (B = 16384 // N), so
 every case does comparable work and short sequences still fill the GPU.
@@ -40,6 +46,7 @@ import argparse
 import csv
 import datetime as _dt
 import math
+import statistics
 import subprocess
 import sys
 import time
@@ -55,12 +62,13 @@ ENVIRONMENT = ["date", "gpu", "driver", "torch", "triton", "impl"]  # environmen
 FIELDS = [
     "provider", "dtype", "causal", "head_dim", "seq_len", "batch", "q_heads", "kv_heads",
     "ms_median", "tflops", "ratio_to_sdpa_default", "peak_mem_mib", "rel_err_vs_sdpa",
-    "status", "flops_counted_as", *ENVIRONMENT,
+    "status", "flops_counted_as", "tiles", "rounds_ms", *ENVIRONMENT,
 ]
 PROVIDERS = ["course_graded", "course_fast", "sdpa_default", "sdpa_flash", "sdpa_cudnn", "flex", "naive"]
 MEMORY_FIELDS = ["provider", "seq_len", "batch", "q_heads", "kv_heads", "head_dim", "peak_mem_mib", "status",
                  *ENVIRONMENT]
 TOKENS_PER_LAUNCH = 16384
+ROUNDS, REP_MS = 5, 40  # interleaved timing rounds; each a do_bench median over REP_MS milliseconds
 
 
 @dataclass(frozen=True)
@@ -193,10 +201,8 @@ def backward_providers():
     }
 
 
-def run_backward(cases, out_path: Path, log=print) -> list[dict]:
-    """Time the backward pass: medians of do_bench over the gradient call alone."""
-    from triton.testing import do_bench
-
+def run_backward(cases, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
+    """Time the backward pass: the gradient call alone, every provider checked, then interleaved rounds."""
     table, env, rows = backward_providers(), environment(), []
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with open(out_path, "w", newline="") as f:
@@ -204,36 +210,113 @@ def run_backward(cases, out_path: Path, log=print) -> list[dict]:
         writer.writeheader()
         for case in cases:
             q, k, v = inputs(case)
-            grads, base_ms = {}, None
-            for name, prepare in table.items():
+            ref, steps, checked = None, {}, {}
+            for name, prepare in table.items():  # check first; the first call also runs the autotuners
                 try:
                     step = prepare(q, k, v, case.causal)
-                    grads[name] = [g.float() for g in step()]
-                    ref = grads.get("sdpa_default", grads[name])
-                    err = max(((g - r).norm() / r.norm()).item() for g, r in zip(grads[name], ref))
+                    grads = [g.float() for g in step()]
+                    ref = grads if ref is None else ref  # sdpa_default comes first: everyone's reference
+                    err = max(((g - r).norm() / r.norm()).item() for g, r in zip(grads, ref))
                     status = "ok" if err < 5e-2 else "wrong result"
-                    ms = do_bench(step, warmup=25, rep=100, return_mode="median") if status == "ok" else math.nan
+                    del grads
+                    if status == "ok":
+                        steps[name] = step
                 except torch.OutOfMemoryError:
-                    ms, err, status = math.nan, math.nan, "out of memory"
+                    err, status = math.nan, "out of memory"
                 except Exception as e:  # reported, and the sweep goes on
-                    ms, err, status = math.nan, math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
-                if name == "sdpa_default":
-                    base_ms = ms
+                    err, status = math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
+                checked[name] = (err, status, picked_tiles(name, backward=True))
+            times, errors = interleaved_times(steps, rounds)
+            base_ms = median(times.get("sdpa_default", []))
+            for name, (err, status, tiles) in checked.items():
+                ms, status = median(times.get(name, [])), errors.get(name, status)
                 row = dict(
                     provider=name, dtype=str(case.dtype).replace("torch.", ""), causal=case.causal,
                     head_dim=case.head_dim, seq_len=case.seq_len, batch=case.batch, q_heads=case.q_heads,
                     kv_heads=case.kv_heads, ms_median=round(ms, 4), tflops=round(2.5 * case.flops / ms * 1e-9, 1),
-                    ratio_to_sdpa_default=round(base_ms / ms, 3) if base_ms else math.nan, peak_mem_mib=math.nan,
+                    ratio_to_sdpa_default=round(base_ms / ms, 3), peak_mem_mib=math.nan,
                     rel_err_vs_sdpa=f"{err:.2e}", status=status,
-                    flops_counted_as="2.5 * 4*B*Hq*N^2*D" + (" / 2 (causal)" if case.causal else ""), **env,
+                    flops_counted_as="2.5 * 4*B*Hq*N^2*D" + (" / 2 (causal)" if case.causal else ""),
+                    tiles=tiles, rounds_ms=";".join(f"{t:.4f}" for t in times.get(name, [])), **env,
                 )
                 writer.writerow(row)
-                f.flush()
                 rows.append(row)
                 log(f"backward D={case.head_dim:3d} N={case.seq_len:5d} {name:16s} {row['tflops']:7.1f} TFLOP/s "
-                    f"x{row['ratio_to_sdpa_default']:.3f} err {err:.1e} {status}")
-            del q, k, v, grads
+                    f"x{row['ratio_to_sdpa_default']:.3f} err {err:.1e} {status} {tiles}")
+            f.flush()  # an interrupted sweep keeps what it measured
+            del q, k, v, ref, steps
     return rows
+
+
+def do_bench_ms(fn, rep_ms=REP_MS) -> float:
+    """One timing: the median of ``triton.testing.do_bench`` over about ``rep_ms`` milliseconds."""
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
+
+
+def interleaved_times(steps: dict, rounds=ROUNDS, time_one=None) -> tuple[dict, dict]:
+    """Time every function of ``steps`` (name -> function()) ``rounds`` times, interleaved.
+
+    Each round times every step once, starting one step further along than the round before, so that
+    the machine's drift (clocks, temperature, a neighbour on the node) reaches every provider alike
+    instead of whichever is timed last. Returns (name -> list of ms, name -> error text for a step that
+    raised while timed; it is not timed again). ``time_one(function) -> ms``: ``do_bench_ms`` unless given."""
+    time_one = time_one or do_bench_ms
+    names = list(steps)
+    times, errors = {name: [] for name in names}, {}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)] if names else []
+        for name in order:
+            if name in errors:
+                continue
+            try:
+                times[name].append(time_one(steps[name]))
+            except Exception as e:  # this provider's row says so; the others are still timed
+                errors[name] = f"error while timing: {type(e).__name__}: {str(e)[:80]}"
+                times[name] = []
+    return times, errors
+
+
+def median(values) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def tile_text(tuner) -> str:
+    """The tile an autotuner picked on its last call, e.g. '128x64 sub2 w4 s2' ('' before any call)."""
+    config = getattr(tuner, "best_config", None)
+    if config is None:
+        return ""
+    kw = dict(config.kwargs)
+    parts = [f"{kw.pop('BLOCK_M', '?')}x{kw.pop('BLOCK_N', '?')}"]
+    for key, value in kw.items():
+        if key == "FLAT":
+            parts += ["flat"] if value else []
+        elif key == "SUBTILES":
+            parts.append(f"sub{value}")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts + [f"w{config.num_warps}", f"s{config.num_stages}"])
+
+
+def picked_tiles(provider: str, backward: bool = False) -> str:
+    """What the course kernels' autotuners picked for the shape they last ran: read after a call."""
+    from gqa_flash.fast import backward as fast_backward
+
+    try:
+        if provider == "course_graded" and not backward:
+            return tile_text(getattr(impl.load("forward"), "_autotuned_kernel", None))
+        if provider == "course_fast" and not backward:
+            return tile_text(fast_forward._tuned)
+        if provider == "course_graded":
+            tuned = getattr(impl.load("backward"), "_tuned", {})
+            return "; ".join(f"{getattr(k, '__name__', '?')} {tile_text(t)}" for k, t in tuned.items())
+        if provider == "course_fast":
+            return "; ".join(f"{'dkdv ' + name if name != 'dq' else 'dq'} {tile_text(t)}"
+                             for name, t in fast_backward._tuned.items())
+    except Exception as e:  # the tiles are for reading, never a reason to stop a sweep
+        return f"? ({type(e).__name__})"
+    return ""
 
 
 def environment() -> dict:
@@ -281,30 +364,28 @@ def _peak_memory(fn, q, k, v, causal):
     return out, (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
-def measure(fn, q, k, v, causal, expected):
-    """(ms, peak MiB, relative error, status) for one provider on one case."""
-    from triton.testing import do_bench
-
+def check(fn, q, k, v, causal, expected):
+    """(peak MiB, relative error, status) of one provider's first call on one case."""
     try:
         out, peak = _peak_memory(fn, q, k, v, causal)
     except torch.OutOfMemoryError:
-        return math.nan, math.nan, math.nan, "out of memory"
+        return math.nan, math.nan, "out of memory"
     except Exception as e:  # a kernel that does not compile here: reported, and the sweep goes on
-        return math.nan, math.nan, math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
+        return math.nan, math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
     err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
     del out
     if not err < 2e-2:  # NaN fails too
-        return math.nan, peak, err, "wrong result"
-    ms = do_bench(lambda: fn(q, k, v, causal), warmup=25, rep=100, return_mode="median")
-    return ms, peak, err, "ok"
+        return peak, err, "wrong result"
+    return peak, err, "ok"
 
 
-def run(cases, names, out_path: Path, log=print) -> list[dict]:
+def run(cases, names, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
+    """Time the forward pass of ``names`` on ``cases``: every provider checked, then interleaved rounds."""
     table = providers()
     unknown = [n for n in names if n not in table]
     if unknown:  # a typo, or flex on a torch without it
         log(f"not timed (no such provider here): {', '.join(unknown)}; known: {', '.join(table)}")
-    names = [n for n in names if n in table]
+    names = ["sdpa_default"] + [n for n in names if n in table and n != "sdpa_default"]  # the reference first
     env = environment()
     rows = []
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -315,32 +396,35 @@ def run(cases, names, out_path: Path, log=print) -> list[dict]:
         for case in cases:
             q, k, v = inputs(case)
             expected = table["sdpa_default"](q, k, v, case.causal)
-            base_ms = None
-            for name in ["sdpa_default"] + [n for n in names if n != "sdpa_default"]:
-                if name not in names:
-                    continue
-                ms, peak, err, status = measure(table[name], q, k, v, case.causal, expected)
-                if name == "sdpa_default":
-                    base_ms = ms
+            checked, steps = {}, {}
+            for name in names:  # check first; the first call also runs the autotuners
+                checked[name] = (*check(table[name], q, k, v, case.causal, expected), picked_tiles(name))
+                if checked[name][2] == "ok":
+                    steps[name] = lambda fn=table[name], args=(q, k, v, case.causal): fn(*args)
+            times, errors = interleaved_times(steps, rounds)
+            base_ms = median(times.get("sdpa_default", []))
+            for name, (peak, err, status, tiles) in checked.items():
+                ms, status = median(times.get(name, [])), errors.get(name, status)
                 row = dict(
                     provider=name, dtype=str(case.dtype).replace("torch.", ""), causal=case.causal,
                     head_dim=case.head_dim, seq_len=case.seq_len, batch=case.batch, q_heads=case.q_heads,
                     kv_heads=case.kv_heads, ms_median=round(ms, 4), tflops=round(case.flops / ms * 1e-9, 1),
-                    ratio_to_sdpa_default=round(base_ms / ms, 3) if base_ms else math.nan,
+                    ratio_to_sdpa_default=round(base_ms / ms, 3),
                     peak_mem_mib=round(peak, 1), rel_err_vs_sdpa=f"{err:.2e}", status=status,
-                    flops_counted_as="4*B*Hq*N^2*D" + (" / 2 (causal)" if case.causal else ""), **env,
+                    flops_counted_as="4*B*Hq*N^2*D" + (" / 2 (causal)" if case.causal else ""),
+                    tiles=tiles, rounds_ms=";".join(f"{t:.4f}" for t in times.get(name, [])), **env,
                 )
                 writer.writerow(row)
-                f.flush()  # an interrupted sweep keeps what it measured
                 rows.append(row)
                 done += 1
                 log(
                     f"[{done:3d}/{total}] {time.time() - start:6.0f}s  {row['dtype']:8s} "
                     f"{'causal' if case.causal else 'full  '} D={case.head_dim:3d} N={case.seq_len:5d} "
                     f"{case.q_heads}:{case.kv_heads:<2d} {name:14s} {row['tflops']:7.1f} TFLOP/s  "
-                    f"x{row['ratio_to_sdpa_default']:.3f}  {status}"
+                    f"x{row['ratio_to_sdpa_default']:.3f}  {status}  {tiles}"
                 )
-            del q, k, v, expected
+            f.flush()  # an interrupted sweep keeps what it measured
+            del q, k, v, expected, steps
     return rows
 
 
@@ -402,6 +486,13 @@ def ceilings(out_path: Path, log=print) -> dict:
     return row
 
 
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gqa_flash.lab.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", choices=["main", "extra", "all", "none"], default="main",
@@ -410,6 +501,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench_forward.csv"), help="the CSV to write")
     parser.add_argument("--memory", type=Path, default=None, help="also sweep peak memory into this CSV")
     parser.add_argument("--backward", action="store_true", help="time the backward pass instead")
+    parser.add_argument("--rounds", type=_positive_int, default=ROUNDS,
+                        help=f"interleaved timings of every provider a shape (default {ROUNDS})")
     parser.add_argument("--ceilings", type=Path, default=None,
                         help="only measure the roofline's matmul and copy ceilings, into this CSV")
     args = parser.parse_args(argv)
@@ -422,10 +515,10 @@ def main(argv=None) -> int:
         return 0
     if args.backward:
         cases = [Case(torch.bfloat16, True, d, n) for d in (64, 128) for n in (1024, 4096, 16384)]
-        run_backward(cases, args.out)
+        run_backward(cases, args.out, args.rounds)
         return 0
     if args.sweep != "none":
-        run(sweep(args.sweep), args.providers.split(","), args.out)
+        run(sweep(args.sweep), args.providers.split(","), args.out, args.rounds)
     if args.memory:
         memory_sweep(args.memory)
     return 0
