@@ -1,6 +1,6 @@
 """Device exploration (developers): the fast kernels' tile configs, one run.
 
-    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [d128]
+    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [heads] [d128]
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
@@ -11,8 +11,11 @@ backward in two passes at N = 4k and 16k, the dK/dV kernel's tiles with the dQ
 kernel's fixed, then the other way round. Every variant is checked against
 SDPA before it is timed. split (not run by default): where the two-pass fast
 backward's time goes, kernel by kernel (torch.profiler's CUDA times, 20 calls),
-at N = 1k, 4k and 16k, beside SDPA's backward. Writes
-OUT_DIR/explore_fast_<parts>.csv.
+at N = 1k, 4k and 16k, beside SDPA's backward. heads (not run by default): the
+fast forward's sub-tiled tiles with one query head a program and with two
+(HEADS=2: the same rows of two heads of a KV group), N = 1k to 16k, timed in
+three interleaved rounds (gqa_flash.lab.bench.interleaved_times) beside SDPA.
+Writes OUT_DIR/explore_fast_<parts>.csv.
 
 Earlier runs also timed the forward with the blocks before the diagonal and
 the diagonal's in one loop (part merged, commit 239abec), lazy rescaling, a warp-specialized key loop and the
@@ -53,6 +56,7 @@ DQ_FIXED = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
 KV_FLAT = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (32, 128, 8, 3), (32, 64, 8, 2),
            (64, 128, 8, 1), (32, 128, 4, 3)]
 KV_FIXED = {64: (64, 64, 4, 2), 128: (64, 128, 8, 2)}
+HEAD_PAIR_TILES = [(256, 64, 8, 3), (256, 64, 8, 2), (128, 64, 4, 3), (128, 64, 4, 2), (128, 32, 4, 3)]
 
 
 def backward_tile(t):
@@ -180,13 +184,45 @@ def main(out_dir, parts=("fwd", "bwd")):
                 ms = event.device_time_total / 1e3 / calls  # device_time_total is in microseconds
                 record("split", event.key[:40], d, n, ms, flops, base, float("nan"))
 
+    def heads_case(d, n):
+        """Each sub-tiled tile with one query head a program and with two (HEADS=2), interleaved."""
+        from gqa_flash.lab.bench import interleaved_times, median
+
+        b, hq, hkv = 16384 // n, 32, 8
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
+        flops = 4 * b * hq * n * n * d / 2
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        steps = {"sdpa_default": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                 "fast_autotuned": lambda: fast_forward.fast_attention_forward(q, k, v, causal=True)}
+        for bm, bn, w, st in HEAD_PAIR_TILES:
+            for heads in (1, 2):
+                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=2, HEADS=heads)
+                steps[f"fast_{bm}x{bn}_w{w}_s{st}_sub2_heads{heads}"] = (
+                    lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg))
+        errors = {}
+        for name, fn in list(steps.items()):  # checked first (and compiled, and autotuned)
+            try:
+                errors[name] = rel(fn(), ref)
+            except Exception as e:  # out of shared memory, a compiler crash: reported, the run goes on
+                print(f"heads d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                errors[name] = float("nan")
+            if not errors[name] < 2e-2:
+                del steps[name]
+        times, failed = interleaved_times(steps, 3, bench)
+        base = median(times.get("sdpa_default", []))
+        for name, err in errors.items():
+            record("heads", name, d, n, median(times.get(name, [])), flops, base, err)
+        for name, why in failed.items():
+            print(f"heads d={d} n={n} {name}: {why}", flush=True)
+
     # One function a case: its tensors are freed when it returns, before the next case allocates.
     for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case),
-                       ("flat", flat_case), ("split", split_case)):
+                       ("flat", flat_case), ("split", split_case), ("heads", heads_case)):
         for d in (64, 128) if kind in parts else ():
             if "d128" in parts and d != 128:  # `bwd2 d128`: head_dim 128 only
                 continue
-            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384)}
+            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "heads": (1024, 2048, 4096, 8192, 16384)}
             for n in lengths.get(kind, (1024, 4096, 16384)):
                 case(d, n)
 

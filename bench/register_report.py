@@ -1,9 +1,11 @@
-"""Registers and spills of the fast backward's kernels, per tile, from ptxas, on any machine (no GPU needed).
+"""Registers and spills of the fast kernels, per tile, from ptxas, on any machine (no GPU needed).
 
-    python bench/register_report.py [--head-dim 128] [--dtype bf16]
+    python bench/register_report.py [--head-dim 128] [--dtype bf16] [--forward]
 
 Compiles ``_fast_backward_kernel`` (two-pass mode: no dQ tile) and ``_fast_dq_kernel`` of
-``gqa_flash/fast/backward.py`` for sm_90 (an H100 or H200) at each of their autotuner candidates, then
+``gqa_flash/fast/backward.py`` (or, with ``--forward``, ``_fast_forward_kernel`` of
+``gqa_flash/fast/forward.py``: its autotuner's candidates, and each sub-tiled one again with two
+query heads a program, HEADS=2) for sm_90 (an H100 or H200) at each of their autotuner candidates, then
 runs the ptxas that ships with Triton (``-v``) on the PTX and prints, per tile: registers a thread,
 bytes spilled, and shared memory. A spilling tile keeps part of its state in local memory (L1, then
 L2): where dK and dV, fp32 and a row per key, fill the registers, that is the first suspect.
@@ -23,7 +25,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from gqa_flash.fast import backward as fast_backward  # noqa: E402
+from gqa_flash.fast import backward as fast_backward, forward as fast_forward  # noqa: E402
 
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 COMMON = {"LSE": "*fp32", "Delta": "*fp32", "sm_scale": "fp32", "SEQ_LEN": "i32", "BATCH": "i32",
@@ -47,13 +49,33 @@ def signature(kernel_name, block_m, block_n, head_dim, dtype):
     return {**tensors, **COMMON, **{name: "constexpr" for name in constexprs}}, constexprs
 
 
+def forward_signature(config, head_dim, dtype):
+    """The fast forward's argument types at one config: q and o descriptors carry a sub-tile's rows."""
+    kw = config.kwargs
+    rows = kw["BLOCK_M"] // kw["SUBTILES"]
+
+    def desc(r):
+        return f"tensordesc<{dtype}[1,1,{r},{head_dim}]>"
+
+    sig = {"q_desc": desc(rows), "k_desc": desc(kw["BLOCK_N"]), "v_desc": desc(kw["BLOCK_N"]), "o_desc": desc(rows),
+           "LSE": "*fp32", "stride_lb": "i32", "stride_lh": "i32", "sm_scale": "fp32", "SEQ_LEN": "i32", "BATCH": "i32",
+           "N_Q_HEADS": "i32", "N_KV_HEADS": "i32"}
+    constexprs = dict(HEAD_DIM_PAD=head_dim, BLOCK_M=kw["BLOCK_M"], BLOCK_N=kw["BLOCK_N"], CAUSAL=True,
+                      SUBTILES=kw["SUBTILES"], INPUT_PRECISION="tf32", GROUP_MAJOR=True, HEADS=kw.get("HEADS", 1))
+    return {**sig, **{name: "constexpr" for name in constexprs}}, constexprs
+
+
 def report(kernel_name, config, head_dim, dtype):
-    kernel = fast_backward._fast_backward_kernel if kernel_name == "dkdv" else fast_backward._fast_dq_kernel
     bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
-    sig, constexprs = signature(kernel_name, bm, bn, head_dim, dtype)
     flat = config.kwargs.get("FLAT", False)
-    if kernel_name == "dkdv":  # one loop for the KV group, or one a query head
-        constexprs["FLAT"], sig["FLAT"] = flat, "constexpr"
+    if kernel_name == "fwd":
+        kernel = fast_forward._fast_forward_kernel
+        sig, constexprs = forward_signature(config, head_dim, dtype)
+    else:
+        kernel = fast_backward._fast_backward_kernel if kernel_name == "dkdv" else fast_backward._fast_dq_kernel
+        sig, constexprs = signature(kernel_name, bm, bn, head_dim, dtype)
+        if kernel_name == "dkdv":  # one loop for the KV group, or one a query head
+            constexprs["FLAT"], sig["FLAT"] = flat, "constexpr"
     compiled = triton.compile(ASTSource(kernel, sig, constexprs), target=GPUTarget("cuda", 90, 32),
                               options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,17 +85,28 @@ def report(kernel_name, config, head_dim, dtype):
         log = subprocess.run([PTXAS, "-v", "--gpu-name", "sm_90a", ptx, "-o", os.devnull],
                              capture_output=True, text=True).stderr
     lines = [line.split(":", 1)[-1].strip() for line in log.splitlines() if "registers" in line or "spill" in line]
+    extra = "".join(f", {k} {v}" for k, v in config.kwargs.items() if k in ("SUBTILES", "HEADS"))
     return (f"{kernel_name:5s} {bm:3d} x {bn:3d}, {config.num_warps} warps, {config.num_stages} stages"
-            f"{', flat' if flat else ''}: "
+            f"{', flat' if flat else ''}{extra}: "
             f"shared {compiled.metadata.shared // 1024} KiB; {'; '.join(lines)}")
+
+
+def forward_configs():
+    """The fast forward's candidates, then each sub-tiled one with two query heads a program."""
+    pairs = [triton.Config({**c.kwargs, "HEADS": 2}, num_warps=c.num_warps, num_stages=c.num_stages)
+             for c in fast_forward.CONFIGS if c.kwargs["SUBTILES"] == 2]
+    return fast_forward.CONFIGS + pairs
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dim", type=int, default=128, help="a power of two (the padded head dim)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    parser.add_argument("--forward", action="store_true", help="the fast forward's tiles instead of the backward's")
     args = parser.parse_args(argv)
-    for kernel_name, configs in (("dkdv", fast_backward.SEPARATE_CONFIGS), ("dq", fast_backward.DQ_CONFIGS)):
+    kernels = [("fwd", forward_configs())] if args.forward else [("dkdv", fast_backward.SEPARATE_CONFIGS),
+                                                                   ("dq", fast_backward.DQ_CONFIGS)]
+    for kernel_name, configs in kernels:
         for config in configs:
             try:
                 print(report(kernel_name, config, args.head_dim, args.dtype), flush=True)

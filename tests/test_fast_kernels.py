@@ -171,3 +171,37 @@ def test_fast_backward_ragged_key_block_whose_padding_overflows():
                 assert torch.isfinite(g).all(), f"d{name} has inf or NaN ({ctx})"
                 err, bound = gradient_error(g, r, torch.float32)
                 assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e} ({ctx})"
+
+
+@pytest.mark.parametrize("n_q_heads, n_kv_heads, seq_len", [(4, 2, 37), (8, 2, 50), (8, 1, 16)])
+def test_fast_forward_with_two_query_heads_a_program(n_q_heads, n_kv_heads, seq_len):
+    """HEADS=2 (gqa_flash/fast/forward.py, item 6): the same rows of two query heads of one KV group
+    a program. Every head's output and LSE against float64, in both launch orders, causal or not,
+    ragged lengths: a program that paired the wrong heads, read the second head's rows at the first
+    one's offset, or stored the second head's LSE in the first's, fails here."""
+    import torch
+
+    from gqa_flash.fast.forward import fast_attention_forward
+    from gqa_flash.testing import assert_attention_matches, random_qkv
+
+    q, k, v = random_qkv(2, n_q_heads, n_kv_heads, seq_len, 32, dtype=torch.float32, seed=seq_len)
+    config = dict(BLOCK_M=32, BLOCK_N=16, SUBTILES=2, HEADS=2)
+    for causal in (True, False):
+        for group_major in (True, False):
+            result = fast_attention_forward(q, k, v, causal=causal, return_lse=True, config=config,
+                                            group_major=group_major)
+            assert_attention_matches(result, q, k, v, causal=causal, sm_scale=None, return_lse=True,
+                                     context=f"HEADS=2, causal={causal}, group_major={group_major}")
+
+
+@pytest.mark.parametrize("config, heads", [(dict(SUBTILES=1, HEADS=2), (4, 2)), (dict(SUBTILES=2, HEADS=2), (3, 1)),
+                                           (dict(SUBTILES=2, HEADS=4), (8, 2))])
+def test_fast_forward_refuses_head_pairs_it_cannot_make(config, heads):
+    import torch
+
+    from gqa_flash.fast.forward import fast_attention_forward
+
+    q = torch.randn(1, heads[0], 16, 32)
+    k = v = torch.randn(1, heads[1], 16, 32)
+    with pytest.raises(ValueError, match="config: HEADS must be 1, or 2 with SUBTILES=2"):
+        fast_attention_forward(q, k, v, config=dict(BLOCK_M=32, BLOCK_N=16, **config))

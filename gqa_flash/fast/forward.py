@@ -42,6 +42,13 @@ the changes that the performance notebook measures one by one:
    own last row (BLOCK_M / 2 keys early) and the second finishes alone.
 5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
    which the graded kernel's masked loads make too costly, next to plain ones.
+6. Two query heads a program (``HEADS=2``, an option of ``config``, not yet
+   measured and so not among the autotuner's candidates). The two sub-tiles
+   are the same rows of two query heads of one KV group, which read the same
+   K and V tiles: a program does the matrix work of BLOCK_M rows for each
+   K/V tile it loads while owning only BLOCK_M / 2 positions, so the causal
+   diagonal, masked and half wasted, is half as long, and both sub-tiles
+   cross it together instead of the second finishing it alone.
 
 The TMA reads a last dimension of stride 1 with 16-byte aligned
 rows. An input in another layout (a strided view, a head dim whose rows are
@@ -130,15 +137,19 @@ def _fast_forward_kernel(
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr = True,
+    HEADS: tl.constexpr = 1,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
+    tl.static_assert(HEADS == 1 or SUBTILES == 2, "HEADS=2 takes one query head a sub-tile: SUBTILES=2")
+    ROWS: tl.constexpr = BLOCK_M // HEADS  # the query positions a program owns
     group_size = N_Q_HEADS // N_KV_HEADS
+    programs_per_group = group_size // HEADS
     pid = tl.program_id(0)
     if GROUP_MAJOR:
         # One flat grid, decoded so that neighbours share a KV head:
-        #   pid = (tile_order * (BATCH * N_KV_HEADS) + batch_kv) * group_size + head_in_group
-        head_in_group = pid % group_size
-        rest = pid // group_size
+        #   pid = (tile_order * (BATCH * N_KV_HEADS) + batch_kv) * programs_per_group + head_in_group / HEADS
+        head_in_group = (pid % programs_per_group) * HEADS
+        rest = pid // programs_per_group
         batch_kv = rest % (BATCH * N_KV_HEADS)
         tile_order = rest // (BATCH * N_KV_HEADS)
         batch = batch_kv // N_KV_HEADS
@@ -147,21 +158,21 @@ def _fast_forward_kernel(
     else:
         # The graded kernel's order, kept to measure the difference (bench/dram_traffic.py): every
         # query tile of one (batch, query head) back to back, then the next head.
-        n_tiles = tl.cdiv(SEQ_LEN, BLOCK_M)
+        n_tiles = tl.cdiv(SEQ_LEN, ROWS)
         tile_order = pid % n_tiles
-        batch = (pid // n_tiles) // N_Q_HEADS
-        q_head = (pid // n_tiles) % N_Q_HEADS
+        batch = (pid // n_tiles) // (N_Q_HEADS // HEADS)
+        q_head = ((pid // n_tiles) % (N_Q_HEADS // HEADS)) * HEADS
         kv_head = q_head // group_size
     if CAUSAL:  # the heaviest query tiles first
-        q_block = tl.cdiv(SEQ_LEN, BLOCK_M) - 1 - tile_order
+        q_block = tl.cdiv(SEQ_LEN, ROWS) - 1 - tile_order
     else:
         q_block = tile_order
 
-    q_start = q_block * BLOCK_M
+    q_start = q_block * ROWS
     qk_scale = sm_scale * 1.4426950408889634  # log2(e)
     if CAUSAL:
         phase1_end = q_start
-        phase2_end = tl.minimum(q_start + BLOCK_M, SEQ_LEN)
+        phase2_end = tl.minimum(q_start + ROWS, SEQ_LEN)
     else:
         phase1_end = (SEQ_LEN // BLOCK_N) * BLOCK_N
         phase2_end = SEQ_LEN
@@ -181,10 +192,13 @@ def _fast_forward_kernel(
     else:
         tl.static_assert(SUBTILES == 2, "SUBTILES is 1 or 2")
         SUB: tl.constexpr = BLOCK_M // 2
+        # Sub-tile 1: the next SUB rows of the same head, or (HEADS=2) the same rows of the next head.
+        q_head1 = q_head + (HEADS - 1)
+        row1 = q_start + SUB * (2 - HEADS)
         offs_m0 = q_start + tl.arange(0, SUB)
-        offs_m1 = offs_m0 + SUB
+        offs_m1 = row1 + tl.arange(0, SUB)
         q0 = q_desc.load([batch, q_head, q_start, 0]).reshape(SUB, HEAD_DIM_PAD)
-        q1 = q_desc.load([batch, q_head, q_start + SUB, 0]).reshape(SUB, HEAD_DIM_PAD)
+        q1 = q_desc.load([batch, q_head1, row1, 0]).reshape(SUB, HEAD_DIM_PAD)
         acc0, l0, m0 = _empty_state(SUB, HEAD_DIM_PAD)
         acc1, l1, m1 = _empty_state(SUB, HEAD_DIM_PAD)
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
@@ -192,7 +206,8 @@ def _fast_forward_kernel(
             qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, INPUT_PRECISION)
         if CAUSAL:
             # The diagonal: the first sub-tile sees no key past its own last row, so the
-            # second sub-tile finishes the diagonal alone.
+            # second sub-tile finishes the diagonal alone (with HEADS=2 there is nothing left:
+            # both sub-tiles end at the same row).
             tl.static_assert(SUB % BLOCK_N == 0, "with SUBTILES=2, BLOCK_M // 2 must be a multiple of BLOCK_N")
             pair_end = tl.minimum(q_start + SUB, SEQ_LEN)
         else:
@@ -200,10 +215,12 @@ def _fast_forward_kernel(
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
             acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, phase1_end,
             pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
-        acc1, l1, m1 = _attend(acc1, l1, m1, q1, k_desc, v_desc, batch, kv_head, pair_end, phase2_end, offs_m1,
-                               qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
+        if HEADS == 1:  # a constexpr: with HEADS=2 this loop is not compiled at all
+            acc1, l1, m1 = _attend(acc1, l1, m1, q1, k_desc, v_desc, batch, kv_head, pair_end, phase2_end, offs_m1,
+                                   qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
         _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
-        _store(acc1, l1, m1, o_desc, lse_base, batch, q_head, q_start + SUB, SEQ_LEN, SUB, HEAD_DIM_PAD)
+        lse_base1 = lse_base + (HEADS - 1) * stride_lh
+        _store(acc1, l1, m1, o_desc, lse_base1, batch, q_head1, row1, SEQ_LEN, SUB, HEAD_DIM_PAD)
 
 
 @triton.jit
@@ -323,12 +340,23 @@ def input_precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+def _check_head_pairs(config, group_size):
+    """HEADS=2 puts two query heads of one KV group in a program, one a sub-tile."""
+    if config.get("HEADS") != 2 or config.get("SUBTILES") != 2 or group_size % 2:
+        raise ValueError(f"config: HEADS must be 1, or 2 with SUBTILES=2 and an even number of query heads a KV "
+                         f"head; got HEADS={config.get('HEADS')!r}, SUBTILES={config.get('SUBTILES')!r} and "
+                         f"{group_size} query heads a KV head")
+
+
 def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None, group_major=True):
     """Same contract as ``flash_attention_forward``; inputs are checked by the caller.
 
     Inputs the TMA cannot read are copied first into a layout it can (``readable``).
-    ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages and optionally SUBTILES) skips the
-    autotuner, for benchmarks; fp32 on a GPU takes ``FP32_CONFIG`` unless one is given.
+    ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages and optionally SUBTILES and HEADS) skips
+    the autotuner, for benchmarks; fp32 on a GPU takes ``FP32_CONFIG`` unless one is given.
+    ``HEADS=2`` (with ``SUBTILES=2``, GQA groups of an even size): a program owns the same
+    BLOCK_M // 2 rows of two query heads of one KV group, one a sub-tile, instead of BLOCK_M rows
+    of one head (item 6 of the module's docstring).
     ``group_major=False`` launches the programs in the graded kernel's order instead of the
     KV-group-major one (to measure what the order is worth; same results either way).
     """
@@ -352,7 +380,13 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
     else:
         kernel, config = _kernel(), {}
-    grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]) * batch * n_q_heads,)  # noqa: E731
+    if config.get("HEADS", 1) != 1:
+        _check_head_pairs(config, n_q_heads // n_kv_heads)
+
+    def grid(meta):  # a program owns BLOCK_M // HEADS query rows of HEADS query heads
+        heads = meta.get("HEADS", 1)
+        return (triton.cdiv(seq_len, meta["BLOCK_M"] // heads) * batch * (n_q_heads // heads),)
+
     kernel[grid](
         descs["q_desc"], descs["k_desc"], descs["v_desc"], descs["o_desc"], lse, *lse.stride()[:2],
         sm_scale, seq_len, batch, n_q_heads, n_kv_heads,
