@@ -96,13 +96,17 @@ def main(out_dir, parts=("fwd", "bwd")):
                 if "autotuned" in name:
                     traceback.print_exc()
 
-    def forward_case(d, n):
+    def forward_inputs(d, n):
+        """q, k, v of one forward shape, its FLOPs, and SDPA's output and call."""
         b, hq, hkv = 16384 // n, 32, 8
         gen = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
-        flops = 4 * b * hq * n * n * d / 2
-        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        base = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+        sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # noqa: E731
+        return q, k, v, 4 * b * hq * n * n * d / 2, sdpa(), sdpa
+
+    def forward_case(d, n):
+        q, k, v, flops, ref, sdpa = forward_inputs(d, n)
+        base = bench(sdpa)
         record("fwd", "sdpa_default", d, n, base, flops, base, 0.0)
         variants = [("graded_autotuned", lambda: graded.flash_attention_forward(q, k, v, causal=True)),
                     ("fast_autotuned", lambda: fast_forward.fast_attention_forward(q, k, v, causal=True))]
@@ -188,12 +192,8 @@ def main(out_dir, parts=("fwd", "bwd")):
         """Each sub-tiled tile with one query head a program and with two (HEADS=2), interleaved."""
         from gqa_flash.lab.bench import interleaved_times, median
 
-        b, hq, hkv = 16384 // n, 32, 8
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (hq, hkv, hkv))
-        flops = 4 * b * hq * n * n * d / 2
-        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        steps = {"sdpa_default": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+        q, k, v, flops, ref, sdpa = forward_inputs(d, n)
+        steps = {"sdpa_default": sdpa,
                  "fast_autotuned": lambda: fast_forward.fast_attention_forward(q, k, v, causal=True)}
         for bm, bn, w, st in HEAD_PAIR_TILES:
             for heads in (1, 2):
