@@ -1,6 +1,6 @@
 """Device exploration (developers): the fast kernels' tile configs, one run.
 
-    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [heads] [d128]
+    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [heads] [order] [d128]
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
@@ -10,8 +10,10 @@ then the fast backward at fixed configs. bwd2 (not run by default): the fast
 backward in two passes at N = 4k and 16k, the dK/dV kernel's tiles with the dQ
 kernel's fixed, then the other way round. Every variant is checked against
 SDPA before it is timed. split (not run by default): where the two-pass fast
-backward's time goes, kernel by kernel (torch.profiler's CUDA times, 20 calls),
-at N = 1k, 4k and 16k, beside SDPA's backward. heads (not run by default): the
+backward's time goes, and the graded one's, kernel by kernel (torch.profiler's
+CUDA times, 20 calls), at N = 1k, 4k and 16k, beside SDPA's backward. order (not
+run by default): the fast dK/dV kernel's two launch orders (HEAD_MAJOR) at fixed
+tiles beside the graded and fast backward autotuned, N = 1k to 16k, interleaved. heads (not run by default): the
 fast forward's sub-tiled tiles with one query head a program and with two
 (HEADS=2: the same rows of two heads of a KV group), N = 1k to 16k, timed in
 three interleaved rounds (gqa_flash.lab.bench.interleaved_times) beside SDPA.
@@ -56,6 +58,10 @@ DQ_FIXED = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
 KV_FLAT = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (32, 128, 8, 3), (32, 64, 8, 2),
            (64, 128, 8, 1), (32, 128, 4, 3)]
 KV_FIXED = {64: (64, 64, 4, 2), 128: (64, 128, 8, 2)}
+# The dK/dV kernel's launch orders (part order): these tiles (the autotuner's usual picks), each a key
+# block of every KV head first and then (HEAD_MAJOR) a KV head's key blocks together; dQ autotuned.
+ORDER_TILES = [(64, 128, 8, 3), (64, 128, 8, 3, "flat"), (32, 128, 4, 3, "flat"), (64, 64, 4, 2),
+               (64, 64, 4, 2, "flat")]
 HEAD_PAIR_TILES = [(256, 64, 8, 3), (256, 64, 8, 2), (128, 64, 4, 3), (128, 64, 4, 2), (128, 32, 4, 3)]
 
 
@@ -173,25 +179,46 @@ def main(out_dir, parts=("fwd", "bwd")):
         measure("flat", variants, d, n, flops, base, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
 
     def split_case(d, n):
-        """Each kernel's share of one two-pass backward (autotuned; the tuning runs before the profile)."""
+        """Each kernel's share of one backward, the fast (two passes) and the graded (autotuned; the
+        tuning runs before the profile)."""
         q, k, v, do, o, lse, flops, ref, base = backward_inputs(d, n)
         record("split", "sdpa_default", d, n, base, flops, base, 0.0)
-        fn = lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True)  # noqa: E731
-        record("split", "fast_total", d, n, bench(fn), flops, base, max(rel(g, r) for g, r in zip(fn(), ref)))
-        calls = 20
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-        for event in prof.key_averages():
-            if event.device_type == torch.autograd.DeviceType.CUDA and event.count >= calls:
-                ms = event.device_time_total / 1e3 / calls  # device_time_total is in microseconds
-                record("split", event.key[:40], d, n, ms, flops, base, float("nan"))
+        for who, fn in (("fast", lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True)),
+                        ("graded", lambda: gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=True))):
+            record("split", f"{who}_total", d, n, bench(fn), flops, base, max(rel(g, r) for g, r in zip(fn(), ref)))
+            calls = 20
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
+            for event in prof.key_averages():
+                if event.device_type == torch.autograd.DeviceType.CUDA and event.count >= calls:
+                    ms = event.device_time_total / 1e3 / calls  # device_time_total is in microseconds
+                    record("split", f"{who} {event.key[:40]}", d, n, ms, flops, base, float("nan"))
+
+    def interleaved(kind, steps, d, n, flops, error, tol):
+        """Check every step (error of its output against the reference), then time the right ones
+        in three interleaved rounds (gqa_flash.lab.bench.interleaved_times); the first is the base."""
+        from gqa_flash.lab.bench import interleaved_times, median
+
+        errors = {}
+        for name, fn in list(steps.items()):  # checked first (and compiled, and autotuned)
+            try:
+                errors[name] = error(fn())
+            except Exception as e:  # out of shared memory, a compiler crash: reported, the run goes on
+                print(f"{kind} d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                errors[name] = float("nan")
+            if not errors[name] < tol:
+                del steps[name]
+        times, failed = interleaved_times(steps, 3, bench)
+        base = median(times.get(next(iter(errors)), []))
+        for name, err in errors.items():
+            record(kind, name, d, n, median(times.get(name, [])), flops, base, err)
+        for name, why in failed.items():
+            print(f"{kind} d={d} n={n} {name}: {why}", flush=True)
 
     def heads_case(d, n):
         """Each sub-tiled tile with one query head a program and with two (HEADS=2), interleaved."""
-        from gqa_flash.lab.bench import interleaved_times, median
-
         q, k, v, flops, ref, sdpa = forward_inputs(d, n)
         steps = {"sdpa_default": sdpa,
                  "fast_autotuned": lambda: fast_forward.fast_attention_forward(q, k, v, causal=True)}
@@ -200,29 +227,36 @@ def main(out_dir, parts=("fwd", "bwd")):
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=2, HEADS=heads)
                 steps[f"fast_{bm}x{bn}_w{w}_s{st}_sub2_heads{heads}"] = (
                     lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg))
-        errors = {}
-        for name, fn in list(steps.items()):  # checked first (and compiled, and autotuned)
-            try:
-                errors[name] = rel(fn(), ref)
-            except Exception as e:  # out of shared memory, a compiler crash: reported, the run goes on
-                print(f"heads d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                errors[name] = float("nan")
-            if not errors[name] < 2e-2:
-                del steps[name]
-        times, failed = interleaved_times(steps, 3, bench)
-        base = median(times.get("sdpa_default", []))
-        for name, err in errors.items():
-            record("heads", name, d, n, median(times.get(name, [])), flops, base, err)
-        for name, why in failed.items():
-            print(f"heads d={d} n={n} {name}: {why}", flush=True)
+        interleaved("heads", steps, d, n, flops, lambda out: rel(out, ref), 2e-2)
+
+    def order_case(d, n):
+        """The graded and fast backward autotuned, and the fast dK/dV kernel in both launch orders at
+        fixed tiles (two passes, dQ autotuned), interleaved."""
+        q, k, v, do, o, lse, flops, ref, base = backward_inputs(d, n)
+        qr, kr, vr = (t.detach().requires_grad_(True) for t in (q, k, v))
+        o_ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True, enable_gqa=True)
+        steps = {
+            "sdpa_default": lambda: torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True),
+            "graded_autotuned": lambda: gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=True),
+            "fast_autotuned": lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True),
+        }
+        for t in ORDER_TILES:
+            for head_major in (False, True):
+                cfg = dict(backward_tile(t), FLAT="flat" in t[4:], HEAD_MAJOR=head_major)
+                name = f"kv_{t[0]}x{t[1]}_w{t[2]}_s{t[3]}{'_flat' if 'flat' in t[4:] else ''}"
+                steps[name + ("_head_major" if head_major else "")] = (
+                    lambda cfg=cfg: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True,
+                                                                         dq_mode="separate", config=cfg))
+        interleaved("order", steps, d, n, flops, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
 
     # One function a case: its tensors are freed when it returns, before the next case allocates.
     for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case),
-                       ("flat", flat_case), ("split", split_case), ("heads", heads_case)):
+                       ("flat", flat_case), ("split", split_case), ("heads", heads_case), ("order", order_case)):
         for d in (64, 128) if kind in parts else ():
             if "d128" in parts and d != 128:  # `bwd2 d128`: head_dim 128 only
                 continue
-            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "heads": (1024, 2048, 4096, 8192, 16384)}
+            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "heads": (1024, 2048, 4096, 8192, 16384),
+                       "order": (1024, 2048, 4096, 16384)}
             for n in lengths.get(kind, (1024, 4096, 16384)):
                 case(d, n)
 

@@ -290,8 +290,8 @@ def tile_text(tuner) -> str:
     kw = dict(config.kwargs)
     parts = [f"{kw.pop('BLOCK_M', '?')}x{kw.pop('BLOCK_N', '?')}"]
     for key, value in kw.items():
-        if key == "FLAT":
-            parts += ["flat"] if value else []
+        if isinstance(value, bool):  # FLAT, HEAD_MAJOR: named when on
+            parts += [key.lower()] if value else []
         elif key == "SUBTILES":
             parts.append(f"sub{value}")
         else:
