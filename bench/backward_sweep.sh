@@ -9,11 +9,13 @@
 #
 # Writes backward.csv, environment.txt and backward_sweep.log; committed runs of it are
 # notebooks/data/h200_backward_main.csv (beside the forward sweep's h200_forward_beside_backward.csv)
-# and h200_backward_without_ragged_loop.csv. Every provider is checked, then timed in interleaved rounds
-# (--rounds, default 5); the CSV's tiles column says what the course kernels' autotuners picked.
+# and h200_backward_without_ragged_loop.csv (one timing a provider, one after the other), and
+# h200_backward_main_interleaved.csv and ..._repeat.csv. Every provider is checked, then timed in
+# interleaved rounds (--rounds, default 5); the CSV's tiles column says what the course kernels'
+# autotuners picked.
 #
-# Time on the H200 (2026-12-03, before the interleaved rounds): about 2 min (126 s), most of it the
-# autotuners; the rounds add about 1.5 s a shape. Needs a CUDA GPU, torch and triton.
+# Time on the H200 (2026-12-04, with the rounds): 168 s, most of it the autotuners. Needs a CUDA GPU,
+# torch and triton.
 
 set -uo pipefail
 PARTS="backward"

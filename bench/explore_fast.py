@@ -1,6 +1,6 @@
 """Device exploration (developers): the fast kernels' tile configs, one run.
 
-    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [heads] [order] [d128]
+    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [heads] [d128]
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
@@ -11,17 +11,16 @@ backward in two passes at N = 4k and 16k, the dK/dV kernel's tiles with the dQ
 kernel's fixed, then the other way round. Every variant is checked against
 SDPA before it is timed. split (not run by default): where the two-pass fast
 backward's time goes, and the graded one's, kernel by kernel (torch.profiler's
-CUDA times, 20 calls), at N = 1k, 4k and 16k, beside SDPA's backward. order (not
-run by default): the fast dK/dV kernel's two launch orders (HEAD_MAJOR) at fixed
-tiles beside the graded and fast backward autotuned, N = 1k to 16k, interleaved. heads (not run by default): the
+CUDA times, 20 calls), at N = 1k, 4k and 16k, beside SDPA's backward. heads (not run by default): the
 fast forward's sub-tiled tiles with one query head a program and with two
 (HEADS=2: the same rows of two heads of a KV group), N = 1k to 16k, timed in
 three interleaved rounds (gqa_flash.lab.bench.interleaved_times) beside SDPA.
 Writes OUT_DIR/explore_fast_<parts>.csv.
 
 Earlier runs also timed the forward with the blocks before the diagonal and
-the diagonal's in one loop (part merged, commit 239abec), lazy rescaling, a warp-specialized key loop and the
-TMA's bulk dQ add, options since taken out of the kernels; their
+the diagonal's in one loop (part merged, commit 239abec), lazy rescaling, a warp-specialized key loop, the
+TMA's bulk dQ add and the dK/dV pass launched head-major (part order, commit ad714a9), options since
+taken out of the kernels; their
 outcomes are in bench/RESULTS.md (lazy rescaling's numbers in
 notebooks/data/h200_fast_forward_subtiles_lazy_rescaling.csv).
 """
@@ -58,10 +57,6 @@ DQ_FIXED = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3)}
 KV_FLAT = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (32, 128, 8, 3), (32, 64, 8, 2),
            (64, 128, 8, 1), (32, 128, 4, 3)]
 KV_FIXED = {64: (64, 64, 4, 2), 128: (64, 128, 8, 2)}
-# The dK/dV kernel's launch orders (part order): these tiles (the autotuner's usual picks), each a key
-# block of every KV head first and then (HEAD_MAJOR) a KV head's key blocks together; dQ autotuned.
-ORDER_TILES = [(64, 128, 8, 3), (64, 128, 8, 3, "flat"), (32, 128, 4, 3, "flat"), (64, 64, 4, 2),
-               (64, 64, 4, 2, "flat")]
 HEAD_PAIR_TILES = [(256, 64, 8, 3), (256, 64, 8, 2), (128, 64, 4, 3), (128, 64, 4, 2), (128, 32, 4, 3)]
 
 
@@ -229,34 +224,13 @@ def main(out_dir, parts=("fwd", "bwd")):
                     lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg))
         interleaved("heads", steps, d, n, flops, lambda out: rel(out, ref), 2e-2)
 
-    def order_case(d, n):
-        """The graded and fast backward autotuned, and the fast dK/dV kernel in both launch orders at
-        fixed tiles (two passes, dQ autotuned), interleaved."""
-        q, k, v, do, o, lse, flops, ref, base = backward_inputs(d, n)
-        qr, kr, vr = (t.detach().requires_grad_(True) for t in (q, k, v))
-        o_ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True, enable_gqa=True)
-        steps = {
-            "sdpa_default": lambda: torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True),
-            "graded_autotuned": lambda: gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=True),
-            "fast_autotuned": lambda: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True),
-        }
-        for t in ORDER_TILES:
-            for head_major in (False, True):
-                cfg = dict(backward_tile(t), FLAT="flat" in t[4:], HEAD_MAJOR=head_major)
-                name = f"kv_{t[0]}x{t[1]}_w{t[2]}_s{t[3]}{'_flat' if 'flat' in t[4:] else ''}"
-                steps[name + ("_head_major" if head_major else "")] = (
-                    lambda cfg=cfg: fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=True,
-                                                                         dq_mode="separate", config=cfg))
-        interleaved("order", steps, d, n, flops, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2)
-
     # One function a case: its tensors are freed when it returns, before the next case allocates.
     for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case),
-                       ("flat", flat_case), ("split", split_case), ("heads", heads_case), ("order", order_case)):
+                       ("flat", flat_case), ("split", split_case), ("heads", heads_case)):
         for d in (64, 128) if kind in parts else ():
             if "d128" in parts and d != 128:  # `bwd2 d128`: head_dim 128 only
                 continue
-            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "heads": (1024, 2048, 4096, 8192, 16384),
-                       "order": (1024, 2048, 4096, 16384)}
+            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "heads": (1024, 2048, 4096, 8192, 16384)}
             for n in lengths.get(kind, (1024, 4096, 16384)):
                 case(d, n)
 

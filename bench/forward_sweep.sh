@@ -20,8 +20,8 @@
 #
 # The timed parts check every provider, then time them in interleaved rounds (python -m
 # gqa_flash.lab.bench --rounds, default 5) and record the autotuners' picks (the tiles column).
-# Time on the H200, measured with this script on 2026-12-03 (before the rounds, which add about 1.5 s
-# a shape): ceilings 5 s, main 2 min (118 s), memory
+# Time on the H200, measured with this script on 2026-12-03 (before the rounds): ceilings 5 s, main
+# 2 min (118 s; with the rounds 114 s on 2026-12-04, h200_forward_main_interleaved.csv), memory
 # 1.5 min (83 s, up to 128k); extra was not timed with it, and fitted in a 240 s step when it made the
 # committed file. All four: about 7.5 minutes, so one 10-minute device call holds them:
 #   bash bench/forward_sweep.sh --budget 570

@@ -16,7 +16,7 @@
 #   BUDGET=570 bash bench/gpu_tests.sh -k forward     # tests/gpu/test_gpu_forward.py
 #   BUDGET=570 bash bench/gpu_tests.sh -k backward    # tests/gpu/test_gpu_backward.py
 #   bash bench/gpu_tests.sh -k decode                 # tests/gpu/test_gpu_decode.py, about 1 minute
-#   bash bench/gpu_tests.sh -k "every_fast_config or strides"    # about 1 minute
+#   bash bench/gpu_tests.sh -k "every_fast_config or strides"    # about 2 minutes (the first: 84 s, 2026-12-04)
 #   bash bench/gpu_tests.sh -k strides                             # 24 s (2026-12-03, this script)
 # Needs a CUDA GPU, torch, triton, pytest and pytest-timeout; without a GPU every test is skipped.
 

@@ -93,16 +93,18 @@ def test_interleaved_rounds_start_one_provider_further_along_each_round():
 
 
 def test_a_provider_that_raises_while_timed_is_reported_and_the_others_go_on():
+    attempts = []
+
     def time_one(fn):
-        if fn == "bad" and time_one.calls > 1:
+        attempts.append(fn)
+        if fn == "bad" and len(attempts) > 2:
             raise RuntimeError("illegal memory access")
-        time_one.calls += 1
         return 1.0
 
-    time_one.calls = 0
     times, errors = bench.interleaved_times({"good": "good", "bad": "bad"}, rounds=3, time_one=time_one)
     assert times == {"good": [1.0, 1.0, 1.0], "bad": []}
     assert errors == {"bad": "error while timing: RuntimeError: illegal memory access"}
+    assert attempts == ["good", "bad", "bad", "good", "good"]  # once it raised, never timed again
 
 
 def test_the_tiles_column_names_what_the_autotuner_picked():
@@ -118,13 +120,13 @@ def test_the_tiles_column_names_what_the_autotuner_picked():
 
 def _cpu_sweep(monkeypatch, times):
     """The sweeps' logic on a CPU: small fp32 inputs, no CUDA memory statistics, and a timer that runs
-    the step once and returns ``times[provider]`` for whichever provider ran (each appends its name to
-    the list this returns)."""
+    the step once and returns the next of ``times[provider]`` (a list, a time a round) for whichever
+    provider ran (each appends its name to the list this returns)."""
     ran = []
 
     def time_one(fn, rep_ms=bench.REP_MS):
         fn()
-        return times[ran[-1]]
+        return times[ran[-1]].pop(0)
 
     monkeypatch.setattr(bench, "environment", lambda: dict(date="d", gpu="cpu", driver="-", torch="t", triton="t",
                                                            impl="solutions"))
@@ -143,7 +145,7 @@ def _sdpa(q, k, v, causal):
 
 
 def test_the_forward_sweep_checks_then_times_every_right_provider_interleaved(monkeypatch, tmp_path):
-    ran = _cpu_sweep(monkeypatch, dict(sdpa_default=1.0, course_fast=2.0))
+    ran = _cpu_sweep(monkeypatch, dict(sdpa_default=[1.0, 1.0, 1.0], course_fast=[1.0, 5.0, 2.0]))
 
     def provider(name, output):
         def forward(q, k, v, causal):
@@ -170,15 +172,16 @@ def test_the_forward_sweep_checks_then_times_every_right_provider_interleaved(mo
         "sdpa_default", "course_fast", "course_fast", "sdpa_default", "sdpa_default", "course_fast"]
     fast = by["course_fast"]
     assert (fast["status"], fast["ratio_to_sdpa_default"], fast["ms_median"]) == ("ok", 0.5, 2.0)
-    assert fast["rounds_ms"] == "2.0000;2.0000;2.0000" and fast["tiles"] == "tile of course_fast"
+    assert fast["rounds_ms"] == "1.0000;5.0000;2.0000" and fast["tiles"] == "tile of course_fast"  # the median
     assert by["course_graded"]["status"] == "wrong result" and by["course_graded"]["rounds_ms"] == ""
+    assert by["course_graded"]["tiles"] == by["naive"]["tiles"] == ""  # a failed call's pick would be stale
     assert by["naive"]["status"] == "error: NotImplementedError: student stub"
     with open(tmp_path / "forward.csv") as f:
         assert [r["provider"] for r in csv.DictReader(f)] == list(by)
 
 
 def test_the_backward_sweep_checks_the_gradients_then_times_them_interleaved(monkeypatch, tmp_path):
-    ran = _cpu_sweep(monkeypatch, dict(sdpa_default=1.0, course_fast=4.0))
+    ran = _cpu_sweep(monkeypatch, dict(sdpa_default=[1.0, 1.0], course_fast=[4.0, 4.0]))
 
     def provider(name, scale):
         def prepare(q, k, v, causal):
@@ -206,3 +209,34 @@ def test_the_backward_sweep_checks_the_gradients_then_times_them_interleaved(mon
     assert by["course_graded"]["status"] == "wrong result" and by["course_graded"]["rounds_ms"] == ""
     assert by["sdpa_default"]["tiles"] == "tile of sdpa_default"
     assert fast["flops_counted_as"] == "2.5 * 4*B*Hq*N^2*D / 2 (causal)"
+
+
+def test_a_provider_returning_nothing_is_reported_and_the_sweep_goes_on(monkeypatch, tmp_path):
+    _cpu_sweep(monkeypatch, dict(sdpa_default=[1.0], course_fast=[1.0]))
+    table = dict(sdpa_default=_sdpa, course_fast=lambda q, k, v, causal: None)  # a stub that returns nothing
+    monkeypatch.setattr(bench, "providers", lambda: table)
+    rows = bench.run([bench.Case(torch.float32, True, 8, 16)], ["course_fast"], tmp_path / "forward.csv", rounds=1,
+                     log=lambda msg: None)
+    fast = rows[1]
+    assert fast["status"].startswith("error: AttributeError") and fast["tiles"] == "" and fast["rounds_ms"] == ""
+
+
+def test_when_sdpa_fails_the_backward_sweep_times_nothing_against_another_reference(monkeypatch, tmp_path):
+    ran = _cpu_sweep(monkeypatch, dict(sdpa_default=[], course_fast=[]))
+
+    def broken(q, k, v, causal):
+        raise RuntimeError("no kernel for this shape")
+
+    def fast(q, k, v, causal):
+        q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+        o = _sdpa(q, k, v, causal)
+        return lambda: ran.append("course_fast") or torch.autograd.grad(o, (q, k, v), torch.ones_like(o),
+                                                                         retain_graph=True)
+
+    monkeypatch.setattr(bench, "backward_providers", lambda: dict(sdpa_default=broken, course_fast=fast))
+    rows = bench.run_backward([bench.Case(torch.float32, True, 8, 16)], tmp_path / "backward.csv", rounds=2,
+                              log=lambda msg: None)
+    by = {r["provider"]: r for r in rows}
+    assert by["sdpa_default"]["status"] == "error: RuntimeError: no kernel for this shape"
+    assert by["course_fast"]["status"] == "no reference (sdpa_default failed)" and by["course_fast"]["tiles"] == ""
+    assert ran == ["course_fast"]  # checked once, never timed

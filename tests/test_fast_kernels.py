@@ -206,27 +206,3 @@ def test_fast_forward_refuses_head_pairs_it_cannot_make(config, heads):
     with pytest.raises(ValueError, match="config: HEADS must be 1, or 2 with SUBTILES=2"):
         fast_attention_forward(q, k, v, config=dict(BLOCK_M=32, BLOCK_N=16, **config))
 
-
-@pytest.mark.parametrize("batch, n_q_heads, n_kv_heads, seq_len", [(2, 4, 2, 37), (3, 2, 1, 40)])
-def test_fast_backward_in_head_major_order(batch, n_q_heads, n_kv_heads, seq_len):
-    """HEAD_MAJOR (gqa_flash/fast/backward.py, item 3): the dK/dV kernel's programs in the graded
-    order, a KV head's key blocks next to each other. Every gradient against float64, both loops,
-    causal or not, a ragged last key block, several batches and KV heads: a program that decoded
-    its batch, KV head or key block wrong writes another's dK and dV, or leaves some unwritten."""
-    import torch
-
-    import gqa_flash
-    from gqa_flash.fast.backward import INTERPRETER_CONFIG, fast_attention_backward
-    from gqa_flash.testing import gradient_error, random_qkv
-
-    q, k, v = random_qkv(batch, n_q_heads, n_kv_heads, seq_len, 32, dtype=torch.float32, seed=seq_len)
-    do = torch.randn_like(q)
-    for causal in (True, False):
-        o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=causal, return_lse=True)
-        refs = gqa_flash.reference_gradients(q, k, v, do, causal=causal)
-        for flat in (True, False):
-            grads = fast_attention_backward(q, k, v, o, lse, do, causal=causal, dq_mode="separate",
-                                            config=dict(INTERPRETER_CONFIG, FLAT=flat, HEAD_MAJOR=True))
-            for name, g, r in zip("QKV", grads, refs):
-                err, bound = gradient_error(g, r, torch.float32)
-                assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e} (causal={causal}, flat={flat})"

@@ -163,7 +163,6 @@ def _fast_backward_kernel(
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr, FLAT: tl.constexpr = False,
-    HEAD_MAJOR: tl.constexpr = False,
 ):
     """dK, dV of one key block of one KV head (summed over its group), and with DQ_ATOMIC its share of dQ.
 
@@ -172,13 +171,8 @@ def _fast_backward_kernel(
     """
     tl.static_assert(BLOCK_N % BLOCK_M == 0, "BLOCK_N must be a multiple of BLOCK_M")
     pid = tl.program_id(0)
-    if HEAD_MAJOR:  # a KV head's key blocks are neighbours (the graded order), heaviest first in each
-        n_blocks = tl.cdiv(SEQ_LEN, BLOCK_N)
-        batch_kv = pid // n_blocks
-        n_block = pid % n_blocks
-    else:  # key block 0, the heaviest, of every KV head first
-        batch_kv = pid % (BATCH * N_KV_HEADS)
-        n_block = pid // (BATCH * N_KV_HEADS)
+    batch_kv = pid % (BATCH * N_KV_HEADS)
+    n_block = pid // (BATCH * N_KV_HEADS)  # key block 0, the heaviest, first
     batch = batch_kv // N_KV_HEADS
     kv_head = batch_kv % N_KV_HEADS
     group_size = N_Q_HEADS // N_KV_HEADS
@@ -324,12 +318,9 @@ def _set_block_shapes(nargs):
             nargs[name].block_shape = [1, 1, rows, dp]
 
 
-_FLAGS = {"flat": "FLAT", "head_major": "HEAD_MAJOR"}
-
-
 def _configs(tiles):
-    """(BLOCK_M, BLOCK_N, warps, stages, *flags) as autotuner configs; flags "flat", "head_major"."""
-    return [triton.Config(dict(BLOCK_M=t[0], BLOCK_N=t[1], **{_FLAGS[f]: True for f in t[4:]}),
+    """(BLOCK_M, BLOCK_N, warps, stages) or (..., "flat") as autotuner configs."""
+    return [triton.Config(dict(BLOCK_M=t[0], BLOCK_N=t[1], **({"FLAT": True} if t[4:] == ("flat",) else {})),
                           num_warps=t[2], num_stages=t[3], pre_hook=_set_block_shapes)
             for t in tiles]
 

@@ -42,13 +42,17 @@ the changes that the performance notebook measures one by one:
    own last row (BLOCK_M / 2 keys early) and the second finishes alone.
 5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
    which the graded kernel's masked loads make too costly, next to plain ones.
-6. Two query heads a program (``HEADS=2``, an option of ``config``, not yet
-   measured and so not among the autotuner's candidates). The two sub-tiles
-   are the same rows of two query heads of one KV group, which read the same
-   K and V tiles: a program does the matrix work of BLOCK_M rows for each
-   K/V tile it loads while owning only BLOCK_M / 2 positions, so the causal
-   diagonal, masked and half wasted, is half as long, and both sub-tiles
-   cross it together instead of the second finishing it alone.
+6. Two query heads a program (``HEADS=2``, an option of ``config``). The two
+   sub-tiles are the same rows of two query heads of one KV group, which read
+   the same K and V tiles: a program does the matrix work of BLOCK_M rows for
+   each K/V tile it loads while owning only BLOCK_M / 2 positions, so the
+   causal diagonal, masked and half wasted, is half as long, and both
+   sub-tiles cross it together instead of the second finishing it alone.
+   Measured on the H200 (``notebooks/data/h200_fast_forward_head_pairs.csv``):
+   +3-9% over one head at the same tile at N = 1k, but only +0.01 to +0.02
+   over the autotuner's pick at 1k-2k (within the noise of a ratio) and
+   -0.06 to +0.01 for the best tile from 4k, so it is not among the
+   autotuner's candidates.
 
 The TMA reads a last dimension of stride 1 with 16-byte aligned
 rows. An input in another layout (a strided view, a head dim whose rows are

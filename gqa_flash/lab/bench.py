@@ -215,9 +215,13 @@ def run_backward(cases, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
                 try:
                     step = prepare(q, k, v, case.causal)
                     grads = [g.float() for g in step()]
-                    ref = grads if ref is None else ref  # sdpa_default comes first: everyone's reference
-                    err = max(((g - r).norm() / r.norm()).item() for g, r in zip(grads, ref))
-                    status = "ok" if err < 5e-2 else "wrong result"
+                    if name == "sdpa_default":  # first in the table: everyone's reference
+                        ref = grads
+                    if ref is None:  # SDPA failed: nothing to check against, so nothing is timed
+                        err, status = math.nan, "no reference (sdpa_default failed)"
+                    else:
+                        err = max(((g - r).norm() / r.norm()).item() for g, r in zip(grads, ref))
+                        status = "ok" if err < 5e-2 else "wrong result"
                     del grads
                     if status == "ok":
                         steps[name] = step
@@ -225,7 +229,7 @@ def run_backward(cases, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
                     err, status = math.nan, "out of memory"
                 except Exception as e:  # reported, and the sweep goes on
                     err, status = math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
-                checked[name] = (err, status, picked_tiles(name, backward=True))
+                checked[name] = (err, status, picked_tiles(name, backward=True) if status == "ok" else "")
             times, errors = interleaved_times(steps, rounds)
             base_ms = median(times.get("sdpa_default", []))
             for name, (err, status, tiles) in checked.items():
@@ -290,7 +294,7 @@ def tile_text(tuner) -> str:
     kw = dict(config.kwargs)
     parts = [f"{kw.pop('BLOCK_M', '?')}x{kw.pop('BLOCK_N', '?')}"]
     for key, value in kw.items():
-        if isinstance(value, bool):  # FLAT, HEAD_MAJOR: named when on
+        if isinstance(value, bool):  # FLAT: named when on
             parts += [key.lower()] if value else []
         elif key == "SUBTILES":
             parts.append(f"sub{value}")
@@ -368,12 +372,13 @@ def check(fn, q, k, v, causal, expected):
     """(peak MiB, relative error, status) of one provider's first call on one case."""
     try:
         out, peak = _peak_memory(fn, q, k, v, causal)
+        # In the try too: a provider that returns None or the wrong shape is reported, not a crash.
+        err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
+        del out
     except torch.OutOfMemoryError:
         return math.nan, math.nan, "out of memory"
     except Exception as e:  # a kernel that does not compile here: reported, and the sweep goes on
         return math.nan, math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
-    err = ((out.float() - expected.float()).norm() / expected.float().norm()).item()
-    del out
     if not err < 2e-2:  # NaN fails too
         return peak, err, "wrong result"
     return peak, err, "ok"
@@ -398,8 +403,10 @@ def run(cases, names, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
             expected = table["sdpa_default"](q, k, v, case.causal)
             checked, steps = {}, {}
             for name in names:  # check first; the first call also runs the autotuners
-                checked[name] = (*check(table[name], q, k, v, case.causal, expected), picked_tiles(name))
-                if checked[name][2] == "ok":
+                peak, err, status = check(table[name], q, k, v, case.causal, expected)
+                # The picks of this shape only after a call that ran: else an autotuner's last pick is stale.
+                checked[name] = (peak, err, status, picked_tiles(name) if status == "ok" else "")
+                if status == "ok":
                     steps[name] = lambda fn=table[name], args=(q, k, v, case.causal): fn(*args)
             times, errors = interleaved_times(steps, rounds)
             base_ms = median(times.get("sdpa_default", []))
