@@ -43,7 +43,7 @@ def signature(kernel_name, block_m, block_n, head_dim, dtype):
         constexprs = {"DQ_ATOMIC": False}
     else:
         tensors = {"q_desc": desc(block_m), "k_desc": desc(block_n), "v_desc": desc(block_n), "do_desc": desc(block_m),
-                   "dq_desc": desc(block_m)}
+                   "o_desc": desc(block_m), "dq_desc": desc(block_m)}
         constexprs = {}
     constexprs.update(HEAD_DIM_PAD=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=True, INPUT_PRECISION="tf32")
     return {**tensors, **COMMON, **{name: "constexpr" for name in constexprs}}, constexprs

@@ -51,7 +51,10 @@ registers. What changes:
    at 4k and not everywhere at 16k, so the autotuner picks (see
    ``SEPARATE_CONFIGS``).
 
-D = rowsum(dO * O) comes from a small kernel of its own (``_delta_kernel``).
+D = rowsum(dO * O): in two passes the dQ pass computes it for its own rows (it
+holds dO already, and only needs O's tile more) and runs first, so the dK/dV
+pass reads it; one pass takes it from a small kernel of its own
+(``_delta_kernel``), launched first.
 Inputs the TMA cannot read (a last dim with stride != 1, rows that
 are not a multiple of 16 bytes, an unaligned base; an incoming gradient
 expanded from a scalar is one) are copied first into a layout it can, as in
@@ -257,15 +260,16 @@ def _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_hea
 
 @triton.jit(do_not_specialize=_HEAD_COUNTS)
 def _fast_dq_kernel(
-    q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, Delta,
+    q_desc, k_desc, v_desc, do_desc, o_desc, dq_desc, LSE, Delta,
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
 ):
-    """dQ of one block of BLOCK_M queries of one query head (the second pass of ``dq_mode="separate"``).
+    """dQ of one block of BLOCK_M queries of one query head (``dq_mode="separate"``), and D of its rows.
 
     Written straight into dq_desc, in the inputs' dtype: summed in fp32 registers in a fixed
     order, scaled once, stored once (the TMA clips the rows past SEQ_LEN and the padded columns).
+    D = rowsum(dO * O) goes into Delta ([B, Hq, N] fp32) for the dK/dV pass, launched after this one.
     """
     # pid = query_block_order * (BATCH * N_Q_HEADS) + batch * N_Q_HEADS + q_head: a block's
     # neighbours in the launch are the other query heads of the same KV head, at the same row.
@@ -288,7 +292,11 @@ def _fast_dq_kernel(
     row = bh.to(tl.int64) * SEQ_LEN + offs_m  # LSE and Delta are [B, Hq, N]
     # A padding row reads LSE 0 and D 0; its dO is 0, so its dS is 0 and it adds nothing.
     lse2 = tl.load(LSE + row, mask=in_seq, other=0.0) * 1.4426950408889634  # natural log to log2
-    delta = tl.load(Delta + row, mask=in_seq, other=0.0)
+    # D of these rows, here rather than in a kernel of its own: this program holds dO already, so D
+    # costs one more tile load (O) instead of a launch that reads dO and O again. In fp32.
+    o = o_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(Delta + row, delta, mask=in_seq)
     qk_scale = sm_scale * 1.4426950408889634
     if CAUSAL:
         # Key blocks that end before this query block starts are seen whole by every row; from
@@ -312,9 +320,9 @@ def _fast_dq_kernel(
 # its launch (pre_hook): a descriptor's block shape is part of the compiled kernel's signature.
 def _set_block_shapes(nargs):
     bm, bn, dp = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["HEAD_DIM_PAD"]
-    for name, rows in (("q_desc", bm), ("do_desc", bm), ("k_desc", bn), ("v_desc", bn), ("dk_desc", bn),
-                       ("dv_desc", bn), ("dq_desc", bm)):
-        if name in nargs:  # the dK/dV kernel has no dq_desc, the dQ kernel no dk_desc or dv_desc
+    for name, rows in (("q_desc", bm), ("do_desc", bm), ("o_desc", bm), ("k_desc", bn), ("v_desc", bn),
+                       ("dk_desc", bn), ("dv_desc", bn), ("dq_desc", bm)):
+        if name in nargs:  # the dK/dV kernel has no o_desc or dq_desc, the dQ kernel no dk_desc or dv_desc
             nargs[name].block_shape = [1, 1, rows, dp]
 
 
@@ -442,8 +450,8 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
                             dq_config=None):
     """Same contract as ``flash_attention_backward``; inputs are checked by the caller.
 
-    ``dq_mode``: ``"atomic"`` (one pass, dQ added with atomics), ``"separate"`` (a dK/dV pass,
-    then a dQ pass), or None for ``default_dq_mode``. Inputs the TMA cannot read are copied
+    ``dq_mode``: ``"atomic"`` (one pass, dQ added with atomics), ``"separate"`` (a dQ pass, which
+    also computes D, then a dK/dV pass), or None for ``default_dq_mode``. Inputs the TMA cannot read are copied
     first into a layout it can. ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages, optionally
     FLAT) fixes the dK/dV kernel's tile and ``dq_config`` the dQ kernel's, skipping the autotuner, for
     benchmarks; fp32 on a GPU takes ``FP32_CONFIG`` and ``DQ_FP32_CONFIG`` unless given.
@@ -459,7 +467,6 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
     atomic = dq_mode == "atomic"
     q, k, v, o, do = (readable(t) for t in (q, k, v, o, do))
     lse = lse.float().contiguous()
-    delta = _delta(o, do, head_dim_pad)
     dk = empty_readable((batch, n_kv_heads, seq_len, head_dim), k.dtype, k.device)
     dv = empty_readable((batch, n_kv_heads, seq_len, head_dim), v.dtype, v.device)
     sizes = (sm_scale, seq_len, batch, n_q_heads, n_kv_heads)
@@ -467,20 +474,22 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
     def descriptors(*named):  # placeholder tile shapes; _set_block_shapes puts the real ones in
         return {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad]) for name, t in named}
 
-    # One-pass mode adds into an fp32 buffer of zeros, padded to HEAD_DIM_PAD columns; two-pass mode
-    # never reads DQ (pass any fp32 tensor: delta, which the autotuner then leaves alone).
-    dq_sum = torch.zeros((batch, n_q_heads, seq_len, head_dim_pad), dtype=torch.float32,
-                         device=q.device) if atomic else delta
+    if atomic:  # D from a kernel of its own; the pass adds dQ into an fp32 buffer of zeros (HEAD_DIM_PAD wide)
+        delta = _delta(o, do, head_dim_pad)
+        dq_sum = torch.zeros((batch, n_q_heads, seq_len, head_dim_pad), dtype=torch.float32, device=q.device)
+    else:  # the dQ pass first: it writes D, which the dK/dV pass reads (and never reads DQ: pass delta)
+        delta = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
+        dq = empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
+        _launch(_fast_dq_kernel, "dq", lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]) * batch * n_q_heads,),
+                descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("o_desc", o),
+                            ("dq_desc", dq)),
+                dq_config, DQ_INTERPRETER_CONFIG, DQ_FP32_CONFIG, q.dtype, head_dim_pad, lse, delta, *sizes,
+                CAUSAL=causal)
+        dq_sum = delta
     _launch(_fast_backward_kernel, dq_mode, lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,),
             descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dk_desc", dk), ("dv_desc", dv)),
             config, INTERPRETER_CONFIG, FP32_CONFIG, q.dtype, head_dim_pad, dq_sum, lse, delta, *sizes,
             CAUSAL=causal, DQ_ATOMIC=atomic)
     if atomic:
         dq = (dq_sum[..., :head_dim] * sm_scale).to(q.dtype)
-    else:
-        dq = empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
-        _launch(_fast_dq_kernel, "dq", lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]) * batch * n_q_heads,),
-                descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dq_desc", dq)),
-                dq_config, DQ_INTERPRETER_CONFIG, DQ_FP32_CONFIG, q.dtype, head_dim_pad, lse, delta, *sizes,
-                CAUSAL=causal)
     return dq.contiguous(), dk.contiguous(), dv.contiguous()
