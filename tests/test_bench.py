@@ -1,6 +1,7 @@
 """The benchmark's bookkeeping, its clean exit on a machine with no GPU, and the plots' inputs."""
 
 import csv
+import math
 import types
 
 import pytest
@@ -135,6 +136,7 @@ def _cpu_sweep(monkeypatch, times):
     monkeypatch.setattr(bench, "_peak_memory", lambda fn, q, k, v, causal: (fn(q, k, v, causal), 1.0))
     monkeypatch.setattr(bench, "picked_tiles", lambda name, backward=False: f"tile of {name}")
     monkeypatch.setattr(bench, "do_bench_ms", time_one)
+    monkeypatch.setattr(bench, "host_launch_ms", lambda fn, calls=bench.HOST_CALLS: 0.5)
     return ran
 
 
@@ -175,6 +177,7 @@ def test_the_forward_sweep_checks_then_times_every_right_provider_interleaved(mo
     assert fast["rounds_ms"] == "1.0000;5.0000;2.0000" and fast["tiles"] == "tile of course_fast"  # the median
     assert by["course_graded"]["status"] == "wrong result" and by["course_graded"]["rounds_ms"] == ""
     assert by["course_graded"]["tiles"] == by["naive"]["tiles"] == ""  # a failed call's pick would be stale
+    assert fast["host_launch_ms"] == 0.5 and math.isnan(by["course_graded"]["host_launch_ms"])
     assert by["naive"]["status"] == "error: NotImplementedError: student stub"
     with open(tmp_path / "forward.csv") as f:
         assert [r["provider"] for r in csv.DictReader(f)] == list(by)
@@ -240,3 +243,16 @@ def test_when_sdpa_fails_the_backward_sweep_times_nothing_against_another_refere
     assert by["sdpa_default"]["status"] == "error: RuntimeError: no kernel for this shape"
     assert by["course_fast"]["status"] == "no reference (sdpa_default failed)" and by["course_fast"]["tiles"] == ""
     assert ran == ["course_fast"]  # checked once, never timed
+
+
+def test_the_host_launch_time_is_the_mean_over_calls_queued_without_waiting(monkeypatch):
+    synced, calls = [], []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(len(calls)))
+    ms = bench.host_launch_ms(lambda: calls.append(1), calls=3)
+    assert calls == [1, 1, 1] and synced == [0, 3] and ms >= 0  # waits only before and after, not between
+
+    def fails():
+        raise RuntimeError("illegal memory access")
+
+    hosts = bench.host_times({"a": lambda: None, "b": fails, "c": lambda: None}, skip={"c"})
+    assert set(hosts) == {"a", "b"} and hosts["a"] >= 0 and math.isnan(hosts["b"])

@@ -62,13 +62,14 @@ ENVIRONMENT = ["date", "gpu", "driver", "torch", "triton", "impl"]  # environmen
 FIELDS = [
     "provider", "dtype", "causal", "head_dim", "seq_len", "batch", "q_heads", "kv_heads",
     "ms_median", "tflops", "ratio_to_sdpa_default", "peak_mem_mib", "rel_err_vs_sdpa",
-    "status", "flops_counted_as", "tiles", "rounds_ms", *ENVIRONMENT,
+    "status", "flops_counted_as", "tiles", "rounds_ms", "host_launch_ms", *ENVIRONMENT,
 ]
 PROVIDERS = ["course_graded", "course_fast", "sdpa_default", "sdpa_flash", "sdpa_cudnn", "flex", "naive"]
 MEMORY_FIELDS = ["provider", "seq_len", "batch", "q_heads", "kv_heads", "head_dim", "peak_mem_mib", "status",
                  *ENVIRONMENT]
 TOKENS_PER_LAUNCH = 16384
 ROUNDS, REP_MS = 5, 40  # interleaved timing rounds; each a do_bench median over REP_MS milliseconds
+HOST_CALLS = 20  # calls queued without waiting, to time the host's launch of one
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,7 @@ def run_backward(cases, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
                     err, status = math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
                 checked[name] = (err, status, picked_tiles(name, backward=True) if status == "ok" else "")
             times, errors = interleaved_times(steps, rounds)
+            hosts = host_times(steps, skip=errors)
             base_ms = median(times.get("sdpa_default", []))
             for name, (err, status, tiles) in checked.items():
                 ms, status = median(times.get(name, [])), errors.get(name, status)
@@ -241,12 +243,14 @@ def run_backward(cases, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
                     ratio_to_sdpa_default=round(base_ms / ms, 3), peak_mem_mib=math.nan,
                     rel_err_vs_sdpa=f"{err:.2e}", status=status,
                     flops_counted_as="2.5 * 4*B*Hq*N^2*D" + (" / 2 (causal)" if case.causal else ""),
-                    tiles=tiles, rounds_ms=";".join(f"{t:.4f}" for t in times.get(name, [])), **env,
+                    tiles=tiles, rounds_ms=";".join(f"{t:.4f}" for t in times.get(name, [])),
+                    host_launch_ms=round(hosts.get(name, math.nan), 4), **env,
                 )
                 writer.writerow(row)
                 rows.append(row)
                 log(f"backward D={case.head_dim:3d} N={case.seq_len:5d} {name:16s} {row['tflops']:7.1f} TFLOP/s "
-                    f"x{row['ratio_to_sdpa_default']:.3f} err {err:.1e} {status} {tiles}")
+                    f"x{row['ratio_to_sdpa_default']:.3f} err {err:.1e} {status} host {row['host_launch_ms']:.3f} ms "
+                    f"{tiles}")
             f.flush()  # an interrupted sweep keeps what it measured
             del q, k, v, ref, steps
     return rows
@@ -257,6 +261,34 @@ def do_bench_ms(fn, rep_ms=REP_MS) -> float:
     from triton.testing import do_bench
 
     return do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
+
+
+def host_launch_ms(fn, calls=HOST_CALLS) -> float:
+    """The host's time to launch one call: the mean over ``calls`` calls queued without waiting.
+
+    do_bench clears the L2 before each call, which is all the head start the host gets: a call whose
+    launch takes nearly as long as its kernels can be timed as the host's, not the GPU's (the fast
+    backward at head_dim 64, 1k, bench/RESULTS.md). This column says how near a row came."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed * 1e3 / calls
+
+
+def host_times(steps: dict, skip=()) -> dict:
+    """name -> host_launch_ms of every step not in ``skip`` (NaN where it raises)."""
+    out = {}
+    for name, step in steps.items():
+        if name in skip:
+            continue
+        try:
+            out[name] = host_launch_ms(step)
+        except Exception:  # the timing's error is already in the row's status
+            out[name] = math.nan
+    return out
 
 
 def interleaved_times(steps: dict, rounds=ROUNDS, time_one=None) -> tuple[dict, dict]:
@@ -409,6 +441,7 @@ def run(cases, names, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
                 if status == "ok":
                     steps[name] = lambda fn=table[name], args=(q, k, v, case.causal): fn(*args)
             times, errors = interleaved_times(steps, rounds)
+            hosts = host_times(steps, skip=errors)
             base_ms = median(times.get("sdpa_default", []))
             for name, (peak, err, status, tiles) in checked.items():
                 ms, status = median(times.get(name, [])), errors.get(name, status)
@@ -419,7 +452,8 @@ def run(cases, names, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
                     ratio_to_sdpa_default=round(base_ms / ms, 3),
                     peak_mem_mib=round(peak, 1), rel_err_vs_sdpa=f"{err:.2e}", status=status,
                     flops_counted_as="4*B*Hq*N^2*D" + (" / 2 (causal)" if case.causal else ""),
-                    tiles=tiles, rounds_ms=";".join(f"{t:.4f}" for t in times.get(name, [])), **env,
+                    tiles=tiles, rounds_ms=";".join(f"{t:.4f}" for t in times.get(name, [])),
+                    host_launch_ms=round(hosts.get(name, math.nan), 4), **env,
                 )
                 writer.writerow(row)
                 rows.append(row)
@@ -428,7 +462,7 @@ def run(cases, names, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
                     f"[{done:3d}/{total}] {time.time() - start:6.0f}s  {row['dtype']:8s} "
                     f"{'causal' if case.causal else 'full  '} D={case.head_dim:3d} N={case.seq_len:5d} "
                     f"{case.q_heads}:{case.kv_heads:<2d} {name:14s} {row['tflops']:7.1f} TFLOP/s  "
-                    f"x{row['ratio_to_sdpa_default']:.3f}  {status}  {tiles}"
+                    f"x{row['ratio_to_sdpa_default']:.3f}  {status}  host {row['host_launch_ms']:.3f} ms  {tiles}"
                 )
             f.flush()  # an interrupted sweep keeps what it measured
             del q, k, v, expected, steps
