@@ -294,8 +294,8 @@ def _fast_dq_kernel(
     lse2 = tl.load(LSE + row, mask=in_seq, other=0.0) * 1.4426950408889634  # natural log to log2
     # D of these rows, here rather than in a kernel of its own: this program holds dO already, so D
     # costs one more tile load (O) instead of a launch that reads dO and O again. In fp32.
-    o = o_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    o = o_desc.load([batch, q_head, m0, 0]).reshape(BLOCK_M, HEAD_DIM_PAD).to(tl.float32)
+    delta = tl.sum(o * do.to(tl.float32), axis=1)
     tl.store(Delta + row, delta, mask=in_seq)
     qk_scale = sm_scale * 1.4426950408889634
     if CAUSAL:
