@@ -11,7 +11,8 @@ backward in two passes at N = 4k and 16k, the dK/dV kernel's tiles with the dQ
 kernel's fixed, then the other way round. Every variant is checked against
 SDPA before it is timed. split (not run by default): where the two-pass fast
 backward's time goes, and the graded one's, kernel by kernel (torch.profiler's
-CUDA times, 20 calls), at N = 1k, 4k and 16k, beside SDPA's backward. heads (not run by default): the
+CUDA times, 20 calls; rows "fast KERNEL" and "graded KERNEL"), at N = 1k, 4k and
+16k, beside SDPA's backward. heads (not run by default): the
 fast forward's sub-tiled tiles with one query head a program and with two
 (HEADS=2: the same rows of two heads of a KV group), N = 1k to 16k, timed in
 three interleaved rounds (gqa_flash.lab.bench.interleaved_times) beside SDPA.

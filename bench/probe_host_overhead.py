@@ -7,9 +7,10 @@ with CUDA events; when the host takes longer to launch a call's kernels than the
 them, the GPU waits between the events and the host's time is what gets measured. For the forward and
 the backward of each course kernel and SDPA (bf16, causal, GQA 32:8, 16k tokens a launch), three
 numbers a call: do_bench's median; the host's time to launch it (the mean over 30 calls queued
-without waiting); and the GPU's time for 30 calls queued back to back (events around all of them,
-no L2 clearing between). The backward both through autograd (as the sweeps call it) and called
-directly with O and the LSE. Writes OUT.csv; prints each row.
+without waiting); and the time of 30 calls queued back to back (events around all of them, no L2
+clearing between): the GPU's own time when the host keeps ahead, the host's pace when it does not.
+The backward both through autograd (as the sweeps call it) and called directly with O and the LSE.
+Writes OUT.csv; prints each row.
 """
 
 import csv

@@ -119,15 +119,26 @@ def test_the_tiles_column_names_what_the_autotuner_picked():
     assert bench.tile_text(types.SimpleNamespace()) == "" and bench.tile_text(None) == ""
 
 
-def _cpu_sweep(monkeypatch, times):
+def _cpu_sweep(monkeypatch, times, hosts=None):
     """The sweeps' logic on a CPU: small fp32 inputs, no CUDA memory statistics, and a timer that runs
-    the step once and returns the next of ``times[provider]`` (a list, a time a round) for whichever
-    provider ran (each appends its name to the list this returns)."""
+    the step once and returns the next of ``times[provider]`` (a list, a time a round; an exception
+    there is raised) for whichever provider ran (each appends its name to the list this returns). The
+    host's launch time: ``hosts[provider]`` (default 0.5 ms; an exception is raised), its call unlisted."""
     ran = []
 
     def time_one(fn, rep_ms=bench.REP_MS):
         fn()
-        return times[ran[-1]].pop(0)
+        value = times[ran[-1]].pop(0)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    def host_one(fn, calls=bench.HOST_CALLS):
+        fn()
+        value = (hosts or {}).get(ran.pop(), 0.5)
+        if isinstance(value, Exception):
+            raise value
+        return value
 
     monkeypatch.setattr(bench, "environment", lambda: dict(date="d", gpu="cpu", driver="-", torch="t", triton="t",
                                                            impl="solutions"))
@@ -136,7 +147,7 @@ def _cpu_sweep(monkeypatch, times):
     monkeypatch.setattr(bench, "_peak_memory", lambda fn, q, k, v, causal: (fn(q, k, v, causal), 1.0))
     monkeypatch.setattr(bench, "picked_tiles", lambda name, backward=False: f"tile of {name}")
     monkeypatch.setattr(bench, "do_bench_ms", time_one)
-    monkeypatch.setattr(bench, "host_launch_ms", lambda fn, calls=bench.HOST_CALLS: 0.5)
+    monkeypatch.setattr(bench, "host_launch_ms", host_one)
     return ran
 
 
@@ -210,7 +221,8 @@ def test_the_backward_sweep_checks_the_gradients_then_times_them_interleaved(mon
     fast = by["course_fast"]
     assert (fast["status"], fast["ratio_to_sdpa_default"], fast["rounds_ms"]) == ("ok", 0.25, "4.0000;4.0000")
     assert by["course_graded"]["status"] == "wrong result" and by["course_graded"]["rounds_ms"] == ""
-    assert by["sdpa_default"]["tiles"] == "tile of sdpa_default"
+    assert by["sdpa_default"]["tiles"] == "tile of sdpa_default" and fast["host_launch_ms"] == 0.5
+    assert math.isnan(by["course_graded"]["host_launch_ms"])
     assert fast["flops_counted_as"] == "2.5 * 4*B*Hq*N^2*D / 2 (causal)"
 
 
@@ -246,13 +258,43 @@ def test_when_sdpa_fails_the_backward_sweep_times_nothing_against_another_refere
 
 
 def test_the_host_launch_time_is_the_mean_over_calls_queued_without_waiting(monkeypatch):
-    synced, calls = [], []
+    synced, calls, clock = [], [], iter([10.0, 10.003])
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(len(calls)))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
     ms = bench.host_launch_ms(lambda: calls.append(1), calls=3)
-    assert calls == [1, 1, 1] and synced == [0, 3] and ms >= 0  # waits only before and after, not between
+    assert calls == [1, 1, 1] and synced == [0, 3]  # waits only before and after the calls, not between
+    assert ms == pytest.approx(1.0)  # 3 ms for 3 calls
+
+
+def test_host_times_skip_the_steps_that_failed_and_report_those_that_raise(monkeypatch):
+    monkeypatch.setattr(bench, "host_launch_ms", lambda fn: fn())
 
     def fails():
         raise RuntimeError("illegal memory access")
 
-    hosts = bench.host_times({"a": lambda: None, "b": fails, "c": lambda: None}, skip={"c"})
-    assert set(hosts) == {"a", "b"} and hosts["a"] >= 0 and math.isnan(hosts["b"])
+    hosts, errors = bench.host_times({"a": lambda: 0.25, "b": fails, "c": lambda: 1 / 0}, skip={"c"})
+    assert set(hosts) == {"a", "b"} and hosts["a"] == 0.25 and math.isnan(hosts["b"])
+    assert errors == {"b": "error while timing the host: RuntimeError: illegal memory access"}
+
+
+def test_a_sweep_row_says_when_its_host_timing_failed(monkeypatch, tmp_path):
+    ran = _cpu_sweep(monkeypatch, dict(sdpa_default=[1.0, 1.0], course_fast=[1.0, RuntimeError("lost")],
+                                       flex=[2.0, 2.0]), hosts=dict(flex=RuntimeError("launch failed")))
+
+    def provider(name):
+        def forward(q, k, v, causal):
+            ran.append(name)
+            return _sdpa(q, k, v, causal)
+
+        return forward
+
+    monkeypatch.setattr(bench, "providers", lambda: {name: provider(name) for name in ("sdpa_default", "course_fast",
+                                                                                       "flex")})
+    rows = bench.run([bench.Case(torch.float32, True, 8, 16)], ["course_fast", "flex"], tmp_path / "f.csv",
+                     rounds=2, log=lambda msg: None)
+    by = {r["provider"]: r for r in rows}
+    assert by["sdpa_default"]["host_launch_ms"] == 0.5
+    assert by["course_fast"]["status"] == "error while timing: RuntimeError: lost"
+    assert math.isnan(by["course_fast"]["host_launch_ms"])  # raised while timed: its host is not timed
+    assert by["flex"]["status"] == "error while timing the host: RuntimeError: launch failed"
+    assert math.isnan(by["flex"]["host_launch_ms"]) and by["flex"]["ms_median"] == 2.0

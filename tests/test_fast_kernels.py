@@ -205,4 +205,3 @@ def test_fast_forward_refuses_head_pairs_it_cannot_make(config, heads):
     k = v = torch.randn(1, heads[1], 16, 32)
     with pytest.raises(ValueError, match="config: HEADS must be 1, or 2 with SUBTILES=2"):
         fast_attention_forward(q, k, v, config=dict(BLOCK_M=32, BLOCK_N=16, **config))
-

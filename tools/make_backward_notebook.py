@@ -66,6 +66,9 @@ NUM["smem_need"], NUM["smem_max"] = (f"{int(oor.split(key)[1].split(',')[0].spli
                                      for key in ("Required: ", "Hardware limit: "))
 
 # Where the fast backward's time goes: each kernel's CUDA time (torch.profiler), topic "backward_split".
+# That file (code of 5386c38) names the kernels bare and has a _delta_kernel row; explore_fast.py's split
+# now writes "fast ..." and "graded ..." rows, and two passes have no D kernel since 6f46ebf (D is computed
+# in the dQ pass): pointing the topic at a newer file needs these names changed below.
 SPLIT = {(int(r["d"]), int(r["n"]), r["provider"]): float(r["ms"]) for r in results.load("backward_split")}
 SPLIT_SHAPES = sorted({(d, n) for d, n, _ in SPLIT})
 

@@ -352,9 +352,10 @@ SEPARATE_CONFIGS = _configs([(64, 128, 8, 3), (64, 128, 8, 3, "flat"), (64, 128,
                              (32, 128, 8, 3), (32, 128, 4, 3, "flat"), (64, 64, 4, 2), (64, 64, 4, 2, "flat"),
                              (32, 64, 8, 3)])
 # The dQ kernel: BLOCK_M queries a program, BLOCK_N keys a step. Its registers hold dq (the forward's
-# accumulator), Q and dO, and the score and dP tiles; 128 rows want 8 warps, as in the forward (a
-# Hopper matrix instruction covers 64 rows per 4 warps). None of these spills at head_dim 64 or 128
-# (ptxas, as above; the Triton tutorial's 128 x 32 on 4 warps does at 128). Picked on the H200:
+# accumulator), Q and dO, and the score and dP tiles (O's tile only before the loop, for D); 128 rows
+# want 8 warps, as in the forward (a Hopper matrix instruction covers 64 rows per 4 warps). None of
+# these spills at head_dim 64 or 128 (ptxas, as above, with D computed here too; the Triton
+# tutorial's 128 x 32 on 4 warps does at 128). Picked on the H200:
 # 128 x 64, 8 warps, 3 stages, but at head_dim 64, 1k (64 x 64, 4 warps).
 DQ_CONFIGS = _configs([(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 8, 3), (64, 32, 8, 2),
                        (64, 64, 4, 2)])  # the last: the graded dQ kernel's pick at head_dim 128
@@ -477,7 +478,8 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
     if atomic:  # D from a kernel of its own; the pass adds dQ into an fp32 buffer of zeros (HEAD_DIM_PAD wide)
         delta = _delta(o, do, head_dim_pad)
         dq_sum = torch.zeros((batch, n_q_heads, seq_len, head_dim_pad), dtype=torch.float32, device=q.device)
-    else:  # the dQ pass first: it writes D, which the dK/dV pass reads (and never reads DQ: pass delta)
+    else:  # the dQ pass first: it writes D, which the dK/dV pass reads. That pass neither reads nor writes
+        # DQ without DQ_ATOMIC (and its autotuner zeroes DQ only in "atomic" mode): any fp32 tensor will do.
         delta = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
         dq = empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
         _launch(_fast_dq_kernel, "dq", lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]) * batch * n_q_heads,),

@@ -232,7 +232,8 @@ def run_backward(cases, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
                     err, status = math.nan, f"error: {type(e).__name__}: {str(e)[:80]}"
                 checked[name] = (err, status, picked_tiles(name, backward=True) if status == "ok" else "")
             times, errors = interleaved_times(steps, rounds)
-            hosts = host_times(steps, skip=errors)
+            hosts, host_errors = host_times(steps, skip=errors)
+            errors = {**host_errors, **errors}
             base_ms = median(times.get("sdpa_default", []))
             for name, (err, status, tiles) in checked.items():
                 ms, status = median(times.get(name, [])), errors.get(name, status)
@@ -278,17 +279,19 @@ def host_launch_ms(fn, calls=HOST_CALLS) -> float:
     return elapsed * 1e3 / calls
 
 
-def host_times(steps: dict, skip=()) -> dict:
-    """name -> host_launch_ms of every step not in ``skip`` (NaN where it raises)."""
-    out = {}
+def host_times(steps: dict, skip=()) -> tuple[dict, dict]:
+    """(name -> host_launch_ms, name -> error text) for every step not in ``skip`` (those that raised
+    while timed); a step that raises here gets NaN and its error, which its row's status then says."""
+    out, errors = {}, {}
     for name, step in steps.items():
         if name in skip:
             continue
         try:
             out[name] = host_launch_ms(step)
-        except Exception:  # the timing's error is already in the row's status
+        except Exception as e:
             out[name] = math.nan
-    return out
+            errors[name] = f"error while timing the host: {type(e).__name__}: {str(e)[:80]}"
+    return out, errors
 
 
 def interleaved_times(steps: dict, rounds=ROUNDS, time_one=None) -> tuple[dict, dict]:
@@ -441,7 +444,8 @@ def run(cases, names, out_path: Path, rounds=ROUNDS, log=print) -> list[dict]:
                 if status == "ok":
                     steps[name] = lambda fn=table[name], args=(q, k, v, case.causal): fn(*args)
             times, errors = interleaved_times(steps, rounds)
-            hosts = host_times(steps, skip=errors)
+            hosts, host_errors = host_times(steps, skip=errors)
+            errors = {**host_errors, **errors}
             base_ms = median(times.get("sdpa_default", []))
             for name, (peak, err, status, tiles) in checked.items():
                 ms, status = median(times.get(name, [])), errors.get(name, status)
