@@ -192,29 +192,10 @@ def main(out_dir, parts=("fwd", "bwd")):
                     ms = event.device_time_total / 1e3 / calls  # device_time_total is in microseconds
                     record("split", f"{who} {event.key[:40]}", d, n, ms, flops, base, float("nan"))
 
-    def interleaved(kind, steps, d, n, flops, error, tol):
-        """Check every step (error of its output against the reference), then time the right ones
-        in three interleaved rounds (gqa_flash.lab.bench.interleaved_times); the first is the base."""
-        from gqa_flash.lab.bench import interleaved_times, median
-
-        errors = {}
-        for name, fn in list(steps.items()):  # checked first (and compiled, and autotuned)
-            try:
-                errors[name] = error(fn())
-            except Exception as e:  # out of shared memory, a compiler crash: reported, the run goes on
-                print(f"{kind} d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                errors[name] = float("nan")
-            if not errors[name] < tol:
-                del steps[name]
-        times, failed = interleaved_times(steps, 3, bench)
-        base = median(times.get(next(iter(errors)), []))
-        for name, err in errors.items():
-            record(kind, name, d, n, median(times.get(name, [])), flops, base, err)
-        for name, why in failed.items():
-            print(f"{kind} d={d} n={n} {name}: {why}", flush=True)
-
     def heads_case(d, n):
         """Each sub-tiled tile with one query head a program and with two (HEADS=2), interleaved."""
+        from gqa_flash.lab.bench import interleaved_times, median
+
         q, k, v, flops, ref, sdpa = forward_inputs(d, n)
         steps = {"sdpa_default": sdpa,
                  "fast_autotuned": lambda: fast_forward.fast_attention_forward(q, k, v, causal=True)}
@@ -223,7 +204,21 @@ def main(out_dir, parts=("fwd", "bwd")):
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=2, HEADS=heads)
                 steps[f"fast_{bm}x{bn}_w{w}_s{st}_sub2_heads{heads}"] = (
                     lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg))
-        interleaved("heads", steps, d, n, flops, lambda out: rel(out, ref), 2e-2)
+        errors = {}
+        for name, fn in list(steps.items()):  # checked first (and compiled, and autotuned)
+            try:
+                errors[name] = rel(fn(), ref)
+            except Exception as e:  # out of shared memory, a compiler crash: reported, the run goes on
+                print(f"heads d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                errors[name] = float("nan")
+            if not errors[name] < 2e-2:
+                del steps[name]
+        times, failed = interleaved_times(steps, 3, bench)
+        base = median(times.get("sdpa_default", []))
+        for name, err in errors.items():
+            record("heads", name, d, n, median(times.get(name, [])), flops, base, err)
+        for name, why in failed.items():
+            print(f"heads d={d} n={n} {name}: {why}", flush=True)
 
     # One function a case: its tensors are freed when it returns, before the next case allocates.
     for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case),
