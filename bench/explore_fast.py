@@ -1,6 +1,6 @@
 """Device exploration (developers): the fast kernels' tile configs, one run.
 
-    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [heads] [d128]
+    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [heads] [regs] [d128]
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
@@ -16,6 +16,12 @@ CUDA times, 20 calls; rows "fast KERNEL" and "graded KERNEL"), at N = 1k, 4k and
 fast forward's sub-tiled tiles with one query head a program and with two
 (HEADS=2: the same rows of two heads of a KV group), N = 1k to 16k, timed in
 three interleaved rounds (gqa_flash.lab.bench.interleaved_times) beside SDPA.
+regs (not run by default): a register cap (``maxnreg``) that lets one more
+program share an SM, each tile with and without it, in interleaved rounds: the
+fast forward's 128 x 64 two-sub-tile tiles at head_dim 64 (178 registers a
+thread, 2 programs an SM; 160 or 168 fit 3), and the two-pass backward's dQ
+kernel at head_dim 128 (128 x 32 on 8 warps: 132 registers, one program; 128
+fit 2) with the dK/dV kernel's tile fixed.
 Writes OUT_DIR/explore_fast_<parts>.csv.
 
 Earlier runs also timed the forward with the blocks before the diagonal and
@@ -59,6 +65,12 @@ KV_FLAT = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (32
            (64, 128, 8, 1), (32, 128, 4, 3)]
 KV_FIXED = {64: (64, 64, 4, 2), 128: (64, 128, 8, 2)}
 HEAD_PAIR_TILES = [(256, 64, 8, 3), (256, 64, 8, 2), (128, 64, 4, 3), (128, 64, 4, 2), (128, 32, 4, 3)]
+# Part regs: (BLOCK_M, BLOCK_N, warps, stages), each with these register caps (None: the compiler's own).
+# ptxas (sm_90, Triton 3.8, no spill at any cap here): the forward tile 178 registers uncapped; the dQ
+# tiles 132 (128 x 32), 170 (128 x 64) and 242 (128 x 128, 2 stages).
+REG_FORWARD = {64: [((128, 64, 4, 3), (None, 168, 160)), ((128, 64, 4, 2), (None, 160))]}
+REG_DQ = {128: [((128, 32, 8, 3), (None, 128)), ((128, 32, 8, 2), (None, 128)), ((128, 64, 8, 3), (None,))]}
+REG_KV_FIXED = {128: dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, FLAT=True)}  # the usual pick
 
 
 def backward_tile(t):
@@ -192,10 +204,29 @@ def main(out_dir, parts=("fwd", "bwd")):
                     ms = event.device_time_total / 1e3 / calls  # device_time_total is in microseconds
                     record("split", f"{who} {event.key[:40]}", d, n, ms, flops, base, float("nan"))
 
-    def heads_case(d, n):
-        """Each sub-tiled tile with one query head a program and with two (HEADS=2), interleaved."""
+    def interleaved(kind, d, n, steps, error, tol, flops):
+        """Check every step (``error`` of its output), then time the right ones in 3 interleaved rounds;
+        the first step is the ratios' base."""
         from gqa_flash.lab.bench import interleaved_times, median
 
+        base_name, errors = next(iter(steps)), {}
+        for name, fn in list(steps.items()):  # checked first (and compiled, and autotuned)
+            try:
+                errors[name] = error(fn())
+            except Exception as e:  # out of shared memory, a compiler crash: reported, the run goes on
+                print(f"{kind} d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                errors[name] = float("nan")
+            if not errors[name] < tol:
+                del steps[name]
+        times, failed = interleaved_times(steps, 3, bench)
+        base = median(times.get(base_name, []))
+        for name, err in errors.items():
+            record(kind, name, d, n, median(times.get(name, [])), flops, base, err)
+        for name, why in failed.items():
+            print(f"{kind} d={d} n={n} {name}: {why}", flush=True)
+
+    def heads_case(d, n):
+        """Each sub-tiled tile with one query head a program and with two (HEADS=2), interleaved."""
         q, k, v, flops, ref, sdpa = forward_inputs(d, n)
         steps = {"sdpa_default": sdpa,
                  "fast_autotuned": lambda: fast_forward.fast_attention_forward(q, k, v, causal=True)}
@@ -204,29 +235,46 @@ def main(out_dir, parts=("fwd", "bwd")):
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=2, HEADS=heads)
                 steps[f"fast_{bm}x{bn}_w{w}_s{st}_sub2_heads{heads}"] = (
                     lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg))
-        errors = {}
-        for name, fn in list(steps.items()):  # checked first (and compiled, and autotuned)
-            try:
-                errors[name] = rel(fn(), ref)
-            except Exception as e:  # out of shared memory, a compiler crash: reported, the run goes on
-                print(f"heads d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                errors[name] = float("nan")
-            if not errors[name] < 2e-2:
-                del steps[name]
-        times, failed = interleaved_times(steps, 3, bench)
-        base = median(times.get("sdpa_default", []))
-        for name, err in errors.items():
-            record("heads", name, d, n, median(times.get(name, [])), flops, base, err)
-        for name, why in failed.items():
-            print(f"heads d={d} n={n} {name}: {why}", flush=True)
+        interleaved("heads", d, n, steps, lambda out: rel(out, ref), 2e-2, flops)
+
+    def regs_case(d, n):
+        """Tiles with and without a register cap (REG_FORWARD at head_dim 64, REG_DQ at 128), interleaved."""
+        def capped(tile, cap):
+            cfg = dict(BLOCK_M=tile[0], BLOCK_N=tile[1], num_warps=tile[2], num_stages=tile[3])
+            return (dict(cfg, maxnreg=cap) if cap else cfg), f"{tile[0]}x{tile[1]}_w{tile[2]}_s{tile[3]}" + (
+                f"_maxnreg{cap}" if cap else "")
+
+        if d in REG_FORWARD:
+            q, k, v, flops, ref, sdpa = forward_inputs(d, n)
+            steps = {"sdpa_default": sdpa,
+                     "fast_autotuned": lambda: fast_forward.fast_attention_forward(q, k, v, causal=True)}
+            for tile, caps in REG_FORWARD[d]:
+                for cap in caps:
+                    cfg, name = capped(tile, cap)
+                    steps[f"fast_{name}_sub2"] = lambda cfg=dict(cfg, SUBTILES=2): fast_forward.fast_attention_forward(
+                        q, k, v, causal=True, config=cfg)
+            interleaved("regs_fwd", d, n, steps, lambda out: rel(out, ref), 2e-2, flops)
+        if d in REG_DQ:
+            q, k, v, do, o, lse, flops, ref, base = backward_inputs(d, n)
+            qr, kr, vr = (t.detach().requires_grad_(True) for t in (q, k, v))
+            o_ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True, enable_gqa=True)
+            steps = {"sdpa_default": lambda: torch.autograd.grad(o_ref, (qr, kr, vr), do, retain_graph=True)}
+            for tile, caps in REG_DQ[d]:
+                for cap in caps:
+                    cfg, name = capped(tile, cap)
+                    steps[f"fast_dq_{name}"] = lambda cfg=cfg: fast_backward.fast_attention_backward(
+                        q, k, v, o, lse, do, causal=True, config=REG_KV_FIXED[d], dq_config=cfg)
+            interleaved("regs_dq", d, n, steps, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2,
+                        flops)
 
     # One function a case: its tensors are freed when it returns, before the next case allocates.
     for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case),
-                       ("flat", flat_case), ("split", split_case), ("heads", heads_case)):
+                       ("flat", flat_case), ("split", split_case), ("heads", heads_case), ("regs", regs_case)):
         for d in (64, 128) if kind in parts else ():
             if "d128" in parts and d != 128:  # `bwd2 d128`: head_dim 128 only
                 continue
-            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "heads": (1024, 2048, 4096, 8192, 16384)}
+            lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "heads": (1024, 2048, 4096, 8192, 16384),
+                       "regs": (1024, 4096, 16384)}
             for n in lengths.get(kind, (1024, 4096, 16384)):
                 case(d, n)
 

@@ -1,6 +1,6 @@
 """Device probe (developers): is a call's time the GPU's, or the host's time to launch it?
 
-    GQA_FLASH_IMPL=solutions python bench/probe_host_overhead.py OUT.csv
+    GQA_FLASH_IMPL=solutions python bench/probe_host_overhead.py OUT.csv [--profile PROFILE.txt]
 
 ``triton.testing.do_bench`` (what the sweeps use) clears the L2 before every call and times each call
 with CUDA events; when the host takes longer to launch a call's kernels than the GPU takes to run
@@ -10,11 +10,18 @@ numbers a call: do_bench's median; the host's time to launch it (the mean over 3
 without waiting); and the time of 30 calls queued back to back (events around all of them, no L2
 clearing between): the GPU's own time when the host keeps ahead, the host's pace when it does not.
 The backward both through autograd (as the sweeps call it) and called directly with O and the LSE.
-Writes OUT.csv; prints each row.
+Writes OUT.csv; prints each row. ``--profile`` also runs Python's profiler over 300 calls of the
+fast backward through autograd (head_dim 64, 1k, where its time was the host's) and writes the
+functions that took the host's time, by their own time and by cumulative time, to PROFILE.txt
+(notebooks/data/h200_host_profile_fast_backward_before.txt and ..._picks_kept.txt: before and after
+the fast kernels kept the autotuner's picks, bench/RESULTS.md).
 """
 
+import argparse
+import cProfile
 import csv
-import sys
+import io
+import pstats
 import time
 
 import torch
@@ -39,6 +46,30 @@ def host_and_gpu_ms(fn):
     end.record()
     torch.cuda.synchronize()
     return host, start.elapsed_time(end) / CALLS
+
+
+def profile_fast_backward(path, calls=300):
+    """Where the host's time goes in one autograd call of the fast backward (head_dim 64, 1k)."""
+    q, k, v = (torch.randn(16, h, 1024, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for h in (32, 8, 8))
+    out = gqa_flash.flash_attention(q, k, v, fast=True)
+    do = torch.randn_like(out)
+    call = lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)  # noqa: E731
+    for _ in range(20):  # autotuned and compiled before the profile starts
+        call()
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        call()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(40)
+    with open(path, "w") as f:
+        f.write(f"fast backward through autograd, head_dim 64, N = 1024, {calls} calls\n")
+        f.write(text.getvalue())
 
 
 def main(out_path):
@@ -84,4 +115,10 @@ def main(out_path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", help="the CSV to write")
+    parser.add_argument("--profile", help="also profile the fast backward's host time into this file")
+    args = parser.parse_args()
+    if args.profile:
+        profile_fast_backward(args.profile)
+    main(args.out)

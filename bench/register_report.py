@@ -77,7 +77,8 @@ def report(kernel_name, config, head_dim, dtype):
         if kernel_name == "dkdv":  # one loop for the KV group, or one a query head
             constexprs["FLAT"], sig["FLAT"] = flat, "constexpr"
     compiled = triton.compile(ASTSource(kernel, sig, constexprs), target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
+                              options=dict(num_warps=config.num_warps, num_stages=config.num_stages,
+                                           **({"maxnreg": config.maxnreg} if config.maxnreg else {})))
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "kernel.ptx")
         with open(ptx, "w") as f:
@@ -87,13 +88,13 @@ def report(kernel_name, config, head_dim, dtype):
     lines = [line.split(":", 1)[-1].strip() for line in log.splitlines() if "registers" in line or "spill" in line]
     extra = "".join(f", {k} {v}" for k, v in config.kwargs.items() if k in ("SUBTILES", "HEADS"))
     return (f"{kernel_name:5s} {bm:3d} x {bn:3d}, {config.num_warps} warps, {config.num_stages} stages"
-            f"{', flat' if flat else ''}{extra}: "
+            f"{', flat' if flat else ''}{extra}{f', at most {config.maxnreg} registers' if config.maxnreg else ''}: "
             f"shared {compiled.metadata.shared // 1024} KiB; {'; '.join(lines)}")
 
 
 def forward_configs():
     """The fast forward's candidates, then each sub-tiled one with two query heads a program."""
-    pairs = [triton.Config({**c.kwargs, "HEADS": 2}, num_warps=c.num_warps, num_stages=c.num_stages)
+    pairs = [triton.Config({**c.kwargs, "HEADS": 2}, num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=c.maxnreg)
              for c in fast_forward.CONFIGS if c.kwargs["SUBTILES"] == 2]
     return fast_forward.CONFIGS + pairs
 

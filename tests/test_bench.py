@@ -116,6 +116,8 @@ def test_the_tiles_column_names_what_the_autotuner_picked():
     tuner.best_config = triton.Config(dict(BLOCK_M=128, BLOCK_N=64, SUBTILES=2, FLAT=False), num_warps=4,
                                       num_stages=2)
     assert bench.tile_text(tuner) == "128x64 sub2 w4 s2"
+    tuner.best_config = triton.Config(dict(BLOCK_M=128, BLOCK_N=32), num_warps=8, num_stages=3, maxnreg=128)
+    assert bench.tile_text(tuner) == "128x32 w8 s3 regs128"
     assert bench.tile_text(types.SimpleNamespace()) == "" and bench.tile_text(None) == ""
 
 

@@ -205,3 +205,70 @@ def test_fast_forward_refuses_head_pairs_it_cannot_make(config, heads):
     k = v = torch.randn(1, heads[1], 16, 32)
     with pytest.raises(ValueError, match="config: HEADS must be 1, or 2 with SUBTILES=2"):
         fast_attention_forward(q, k, v, config=dict(BLOCK_M=32, BLOCK_N=16, **config))
+
+
+def test_fast_kernels_launch_the_autotuners_pick_directly_from_a_keys_second_call(monkeypatch):
+    """On a GPU a fast kernel's first call for a key (length, heads, head dim, causal, dtype) runs the
+    autotuner; from the second call on the kernel launches the autotuner's pick directly, because the
+    autotuner's own look-up is host time that a short call's GPU waits for (``_picks`` in
+    gqa_flash/fast/forward.py). Here a stand-in autotuner, which launches the interpreter's tile and
+    counts its calls, takes the GPU's place: a key's first call goes through it, the second does not,
+    a new length does again, and the direct launches give the same bits and pass against float64."""
+    import torch
+    import triton
+
+    import gqa_flash
+    from gqa_flash import runtime
+    from gqa_flash.fast import backward as fast_backward, forward as fast_forward
+    from gqa_flash.testing import assert_attention_matches, gradient_error, random_qkv
+
+    class StandIn:
+        def __init__(self, kernel, config, set_block_shapes, desc_names):
+            self.kernel, self.set_block_shapes, self.desc_names = kernel, set_block_shapes, desc_names
+            self.best_config = triton.Config(dict(config), num_warps=4, num_stages=1)
+            self.calls = 0
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                self.calls += 1
+                config = self.best_config.all_kwargs()
+                self.set_block_shapes({**dict(zip(self.desc_names, args)), **config,
+                                       "HEAD_DIM_PAD": kwargs["HEAD_DIM_PAD"]})
+                self.kernel[grid](*args, **kwargs, **config)
+            return launch
+
+    descs = ["q_desc", "k_desc", "v_desc", "do_desc"]
+    forward = StandIn(fast_forward._fast_forward_kernel, fast_forward.INTERPRETER_CONFIG,
+                      fast_forward._set_block_shapes, ["q_desc", "k_desc", "v_desc", "o_desc"])
+    tuners = {"dq": StandIn(fast_backward._fast_dq_kernel, fast_backward.DQ_INTERPRETER_CONFIG,
+                            fast_backward._set_block_shapes, descs + ["o_desc", "dq_desc"]),
+              "separate": StandIn(fast_backward._fast_backward_kernel, fast_backward.INTERPRETER_CONFIG,
+                                  fast_backward._set_block_shapes, descs + ["dk_desc", "dv_desc"])}
+    monkeypatch.setattr(runtime, "INTERPRETER", False)  # the GPU's path; the kernels still run interpreted
+    monkeypatch.setattr(fast_forward, "_picks", {})
+    monkeypatch.setattr(fast_forward, "_kernel", lambda: forward)
+    monkeypatch.setattr(fast_backward, "_kernel", lambda name: tuners[name])
+
+    def run(seq_len):
+        q, k, v = random_qkv(1, 4, 2, seq_len, 32, dtype=torch.float16, seed=seq_len)
+        do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(torch.float16)
+        o, lse = fast_forward.fast_attention_forward(q, k, v, return_lse=True)
+        assert_attention_matches((o, lse), q, k, v, causal=True, sm_scale=None, return_lse=True,
+                                 context=f"N={seq_len}")
+        grads = fast_backward.fast_attention_backward(q, k, v, o, lse, do)
+        for name, g, r in zip("QKV", grads, gqa_flash.reference_gradients(q, k, v, do, causal=True)):
+            err, bound = gradient_error(g, r, torch.float16)
+            assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e} (N={seq_len})"
+        return o, lse, *grads
+
+    def calls():
+        return forward.calls, tuners["dq"].calls, tuners["separate"].calls
+
+    first = run(37)
+    assert calls() == (1, 1, 1), "a key's first call must go through the autotuner"
+    second = run(37)
+    assert calls() == (1, 1, 1), "the second call of a key must launch the autotuner's pick directly"
+    for name, a, b in zip(["O", "LSE", "dQ", "dK", "dV"], first, second):
+        assert torch.equal(a, b), f"{name}: the direct launch differs from the autotuned one"
+    run(50)
+    assert calls() == (2, 2, 2), "a new length is a new key: the autotuner must pick again"

@@ -275,7 +275,7 @@ tie). All of it comes from one sweep, <<file:forward_main>>.
   (`sdpa_flash`) and faster than FlexAttention (`flex`, compiled by `torch.compile`) at every point.
 - The **fast kernel** (`gqa_flash/fast/forward.py`, section 5) reaches <<f64>>× at head_dim 64 and
   <<f128>>× at 128: level with cuDNN at N = 16k (<<f16k>>; <<shipped16k>> in a second sweep with the
-  6 autotuner candidates it ships, <<file:forward_main_fast_shipped>>), short of it at 4k (<<f4k>>).
+  6 autotuner candidates it shipped then, <<file:forward_main_fast_shipped>>), short of it at 4k (<<f4k>>).
 - Short sequences are harder: with N = 1024 a launch has few key blocks per query tile, and the fixed
   costs (loading Q, the epilogue, the masked diagonal block) weigh more.
 - `sdpa_cudnn` is the same cuDNN kernel pinned by hand: its ratio (<<cudnn>>) is the noise of the

@@ -74,7 +74,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gqa_flash import runtime
-from gqa_flash.fast.forward import empty_readable, input_precision, readable
+from gqa_flash.fast.forward import empty_readable, input_precision, readable, remember, remembered
 
 
 @triton.jit
@@ -327,9 +327,10 @@ def _set_block_shapes(nargs):
 
 
 def _configs(tiles):
-    """(BLOCK_M, BLOCK_N, warps, stages) or (..., "flat") as autotuner configs."""
+    """(BLOCK_M, BLOCK_N, warps, stages) or (..., "flat") or (..., maxnreg) as autotuner configs."""
     return [triton.Config(dict(BLOCK_M=t[0], BLOCK_N=t[1], **({"FLAT": True} if t[4:] == ("flat",) else {})),
-                          num_warps=t[2], num_stages=t[3], pre_hook=_set_block_shapes)
+                          num_warps=t[2], num_stages=t[3], pre_hook=_set_block_shapes,
+                          maxnreg=t[4] if t[4:] and isinstance(t[4], int) else None)
             for t in tiles]
 
 
@@ -357,7 +358,12 @@ SEPARATE_CONFIGS = _configs([(64, 128, 8, 3), (64, 128, 8, 3, "flat"), (64, 128,
 # these spills at head_dim 64 or 128 (ptxas, as above, with D computed here too; the Triton
 # tutorial's 128 x 32 on 4 warps does at 128). Picked on the H200:
 # 128 x 64, 8 warps, 3 stages, but at head_dim 64, 1k (64 x 64, 4 warps).
-DQ_CONFIGS = _configs([(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 8, 3), (64, 32, 8, 2),
+# 128 x 32 on 8 warps is capped at 128 registers a thread (ptxas at head_dim 128: 132 uncapped, no spill
+# either way; below 128 it needs fewer): 2 programs an SM instead of 1 (112 KiB of shared memory each).
+# Measured on the H200 (h200_register_caps_fixed_tiles.csv, rows regs_dq; head_dim 128, the dK/dV tile
+# fixed), the whole backward went from 0.93 / 0.80 / 0.77 of cuDNN to 1.05 / 0.84 / 0.80 at 1k / 4k /
+# 16k; 128 x 64 ran 0.96 / 0.87 / 0.82.
+DQ_CONFIGS = _configs([(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 32, 8, 3, 128), (64, 32, 8, 2),
                        (64, 64, 4, 2)])  # the last: the graded dQ kernel's pick at head_dim 128
 
 
@@ -407,20 +413,27 @@ def _kernel(name):
     return _tuned[name]
 
 
-def _launch(kernel, name, grid, descs, config, interpreter_config, fp32_config, dtype, head_dim_pad, *args,
+def _launch(kernel, name, grid, descs, config, interpreter_config, fp32_config, key, head_dim_pad, *args,
             **constexprs):
-    """Run ``kernel`` on fixed tiles (``config``; the interpreter's; fp32's) or autotuned (``_kernel(name)``)."""
+    """Run ``kernel`` on fixed tiles (``config``; the interpreter's; fp32's; the autotuner's pick for
+    ``key`` once it has one) or autotuned (``_kernel(name)``). ``key`` ends with the inputs' dtype."""
+    dtype = key[-1]
     if config is None and runtime.INTERPRETER:
         config = interpreter_config
     elif config is None and dtype == torch.float32:
         config = fp32_config
-    if config is not None:
+    elif config is None:
+        config = remembered((name, *key))  # None at a key's first call: the autotuner picks
+    tuning = config is None
+    if not tuning:
         config = dict(config)
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
     else:
         kernel, config = _kernel(name), {}
     kernel[grid](*descs.values(), *args, HEAD_DIM_PAD=head_dim_pad, INPUT_PRECISION=input_precision(dtype),
                  **constexprs, **config)
+    if tuning:
+        remember((name, *key), kernel)
 
 
 def _delta(o, do, head_dim_pad):
@@ -471,9 +484,13 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
     dk = empty_readable((batch, n_kv_heads, seq_len, head_dim), k.dtype, k.device)
     dv = empty_readable((batch, n_kv_heads, seq_len, head_dim), v.dtype, v.device)
     sizes = (sm_scale, seq_len, batch, n_q_heads, n_kv_heads)
+    key = (seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, q.dtype)  # what the autotuners' picks depend on
 
     def descriptors(*named):  # placeholder tile shapes; _set_block_shapes puts the real ones in
         return {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad]) for name, t in named}
+
+    # Q, K, V and dO serve both passes: each launch sets their tile shapes to its own tiles first.
+    shared = descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do))
 
     if atomic:  # D from a kernel of its own; the pass adds dQ into an fp32 buffer of zeros (HEAD_DIM_PAD wide)
         delta = _delta(o, do, head_dim_pad)
@@ -483,14 +500,13 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
         delta = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
         dq = empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
         _launch(_fast_dq_kernel, "dq", lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]) * batch * n_q_heads,),
-                descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("o_desc", o),
-                            ("dq_desc", dq)),
-                dq_config, DQ_INTERPRETER_CONFIG, DQ_FP32_CONFIG, q.dtype, head_dim_pad, lse, delta, *sizes,
+                {**shared, **descriptors(("o_desc", o), ("dq_desc", dq))},
+                dq_config, DQ_INTERPRETER_CONFIG, DQ_FP32_CONFIG, key, head_dim_pad, lse, delta, *sizes,
                 CAUSAL=causal)
         dq_sum = delta
     _launch(_fast_backward_kernel, dq_mode, lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,),
-            descriptors(("q_desc", q), ("k_desc", k), ("v_desc", v), ("do_desc", do), ("dk_desc", dk), ("dv_desc", dv)),
-            config, INTERPRETER_CONFIG, FP32_CONFIG, q.dtype, head_dim_pad, dq_sum, lse, delta, *sizes,
+            {**shared, **descriptors(("dk_desc", dk), ("dv_desc", dv))},
+            config, INTERPRETER_CONFIG, FP32_CONFIG, key, head_dim_pad, dq_sum, lse, delta, *sizes,
             CAUSAL=causal, DQ_ATOMIC=atomic)
     if atomic:
         dq = (dq_sum[..., :head_dim] * sm_scale).to(q.dtype)

@@ -41,7 +41,11 @@ the changes that the performance notebook measures one by one:
    Triton's instruction order. On the diagonal, the first half stops at its
    own last row (BLOCK_M / 2 keys early) and the second finishes alone.
 5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
-   which the graded kernel's masked loads make too costly, next to plain ones.
+   which the graded kernel's masked loads make too costly, next to plain ones,
+   and at head dims up to 64 a 128 x 64 capped at 168 registers a thread, so
+   that three programs share an SM instead of two (``CONFIGS``). The
+   autotuner times the candidates at a shape's first call; later calls of
+   that shape launch its pick directly (``_picks``), which saves host time.
 6. Two query heads a program (``HEADS=2``, an option of ``config``). The two
    sub-tiles are the same rows of two query heads of one KV group, which read
    the same K and V tiles: a program does the matrix work of BLOCK_M rows for
@@ -253,9 +257,9 @@ def _set_block_shapes(nargs):
         nargs[name].block_shape = [1, 1, rows, dp]
 
 
-def _config(bm, bn, warps, stages, subtiles):
+def _config(bm, bn, warps, stages, subtiles, maxnreg=None):
     return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, SUBTILES=subtiles),
-                         num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
+                         num_warps=warps, num_stages=stages, maxnreg=maxnreg, pre_hook=_set_block_shapes)
 
 
 # Measured on the H200 (bench/explore_fast.py, notebooks/data/): two 128-row
@@ -266,16 +270,26 @@ def _config(bm, bn, warps, stages, subtiles):
 # sub-tiled tiles do not fit in shared memory or spill registers. Fewer
 # candidates also means fewer chances for the autotuner's own timing noise
 # to pick a worse one. These are for fp16 and bf16; fp32 takes FP32_CONFIG.
+#
+# The last candidate caps 128 x 64 on 4 warps at 168 registers a thread (``maxnreg``), for head dims up
+# to 64 (CAPPED_UP_TO). Uncapped, ptxas gives it 178 at head_dim 64: 178 x 128 threads leave room in an
+# SM's 65,536 registers for 2 programs, 168 for 3 (65 KiB of shared memory each; no spill either way).
+# A third program hides the others' waits. Measured on the H200 (h200_register_caps_fixed_tiles.csv,
+# head_dim 64, ratio to cuDNN): 0.96 / 1.00 / 1.00 at 1k / 4k / 16k against 0.85 / 0.97 / 0.99
+# uncapped. At head_dim 128 the same tile needs 255 and a cap would spill.
 CONFIGS = [
-    _config(bm, bn, w, st, sub) for bm, bn, w, st, sub in [
-        (256, 64, 8, 3, 2), (128, 64, 4, 3, 2), (128, 64, 4, 2, 2), (64, 64, 4, 3, 1),
-        (128, 64, 8, 3, 1), (64, 32, 4, 2, 1),
+    _config(bm, bn, w, st, sub, cap) for bm, bn, w, st, sub, cap in [
+        (256, 64, 8, 3, 2, None), (128, 64, 4, 3, 2, None), (128, 64, 4, 2, 2, None), (64, 64, 4, 3, 1, None),
+        (128, 64, 8, 3, 1, None), (64, 32, 4, 2, 1, None), (128, 64, 4, 3, 2, 168),
     ]
 ]
+CAPPED_UP_TO = 64  # head_dim_pad
 
 
 def fits(config, head_dim_pad) -> bool:
-    """Past head_dim 128 the big tiles do not fit in shared memory."""
+    """Past head_dim 128 the big tiles do not fit in shared memory; past 64 a register cap spills."""
+    if config.maxnreg is not None and head_dim_pad > CAPPED_UP_TO:
+        return False
     return head_dim_pad <= 128 or config.kwargs["BLOCK_M"] * config.kwargs["BLOCK_N"] <= 128 * 64
 
 
@@ -303,6 +317,23 @@ INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, SUBTILES=2)  # the ping-pong p
 # Triton 3.6: none at head_dim 64). fp32 is there to check the maths, not for speed.
 FP32_CONFIG = dict(BLOCK_M=32, BLOCK_N=32, SUBTILES=1, num_warps=8, num_stages=1)
 _tuned = None
+# The autotuner's pick for each key, as the launch arguments it stands for. Triton's autotuner looks
+# its pick up again at every call (a dict of every argument, the key, the config's pre-hook): host
+# time, which a short call's GPU waits for. Under Python's profiler on the H200 (head_dim 64, 1k,
+# bench/probe_host_overhead.py --profile) the look-up took a tenth of the fast backward's host time; with
+# it skipped and four descriptors fewer (gqa_flash/fast/backward.py), the profiled time a call fell from
+# 0.96 to 0.71 ms. So from a key's second call on, the kernel launches its pick directly.
+_picks = {}
+
+
+def remembered(key):
+    """The autotuner's pick for ``key`` as fixed launch arguments, or None before it has picked."""
+    return _picks.get(key)
+
+
+def remember(key, tuner):
+    """Keep the config ``tuner`` (a ``triton.autotune`` kernel) picked in the call just made, for ``key``."""
+    _picks[key] = tuner.best_config.all_kwargs()
 
 
 def _kernel():
@@ -375,11 +406,15 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     # Placeholder tile shapes; _set_block_shapes puts the real ones in before the launch.
     descs = {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad])
              for name, t in (("q_desc", q), ("k_desc", k), ("v_desc", v), ("o_desc", o))}
+    key = ("forward", seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, q.dtype)
     if config is None and runtime.INTERPRETER:
         config = INTERPRETER_CONFIG
     elif config is None and q.dtype == torch.float32:
         config = FP32_CONFIG
-    if config is not None:
+    elif config is None:
+        config = remembered(key)  # None at a key's first call: the autotuner picks
+    tuning = config is None
+    if not tuning:
         kernel, config = _fast_forward_kernel, {"SUBTILES": 1, **config}
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
     else:
@@ -397,6 +432,8 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
         HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, INPUT_PRECISION=input_precision(q.dtype), GROUP_MAJOR=group_major,
         **config,
     )
+    if tuning:
+        remember(key, kernel)
     if not o.is_contiguous():  # rows were padded to 16 bytes: hand back a plain tensor
         o = o.contiguous()
     return (o, lse) if return_lse else o

@@ -322,7 +322,8 @@ def median(values) -> float:
 
 
 def tile_text(tuner) -> str:
-    """The tile an autotuner picked on its last call, e.g. '128x64 sub2 w4 s2' ('' before any call)."""
+    """The tile an autotuner picked on its last call, e.g. '128x64 sub2 w4 s2', or '... s3 regs168' with a
+    register cap ('' before any call)."""
     config = getattr(tuner, "best_config", None)
     if config is None:
         return ""
@@ -335,7 +336,8 @@ def tile_text(tuner) -> str:
             parts.append(f"sub{value}")
         else:
             parts.append(f"{key}={value}")
-    return " ".join(parts + [f"w{config.num_warps}", f"s{config.num_stages}"])
+    cap = [f"regs{config.maxnreg}"] if getattr(config, "maxnreg", None) else []
+    return " ".join(parts + [f"w{config.num_warps}", f"s{config.num_stages}"] + cap)
 
 
 def picked_tiles(provider: str, backward: bool = False) -> str:

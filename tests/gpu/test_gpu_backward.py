@@ -71,7 +71,7 @@ def test_every_fast_backward_config_on_gpu(kernel, index, seed):
     here at fixed tiles, the other kernel left to its autotuner. A tile that does not fit the GPU's
     shared memory at a head dim is skipped there, as the autotuner skips it."""
     c = (fast_backward.SEPARATE_CONFIGS if kernel == "dkdv" else fast_backward.DQ_CONFIGS)[index]
-    tile = dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
+    tile = c.all_kwargs()  # the tile, warps, stages and a register cap if it has one
     checked = []
     for case in TILE_CASES:
         b, hq, hkv, n, d, dtype, causal, tol = case
@@ -90,3 +90,24 @@ def test_every_fast_backward_config_on_gpu(kernel, index, seed):
         checked.append(f"N={n} D={d}")
     print(f"\n{kernel} tile {tile}: matches float64 at {', '.join(checked)}")
     assert checked, "no case ran"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("d", [64, 128])
+def test_fast_kernels_second_call_launches_the_pick_on_gpu(d, seed):
+    """From a key's second call the fast kernels launch the autotuner's pick directly (``_picks``,
+    gqa_flash/fast/forward.py): those launches must give the bits of the autotuned first call, forward
+    and backward (both deterministic: two passes, no atomics)."""
+    from gqa_flash.fast import forward as fast_forward
+
+    n = 1000 + d + seed % 7  # a length no other test used: the first call is the autotuner's
+    q, k, v = random_qkv(1, 8, 2, n, d, dtype=torch.bfloat16, seed=seed, device="cuda")
+    do = torch.randn(q.shape, device="cuda", dtype=q.dtype)
+    key = ("forward", n, 8, 2, d, True, torch.bfloat16)
+    runs = []
+    for _ in range(2):
+        o, lse = fast_forward.fast_attention_forward(q, k, v, return_lse=True)
+        runs.append((o, lse, *fast_backward.fast_attention_backward(q, k, v, o, lse, do)))
+        assert fast_forward.remembered(key) is not None, "the forward's pick was not kept"
+    for name, a, b in zip(["O", "LSE", "dQ", "dK", "dV"], *runs):
+        assert torch.equal(a, b), f"{name}: the direct launch differs from the autotuned one"

@@ -91,6 +91,7 @@ FAST_CASES = [  # (batch, Hq, Hkv, N, D, dtype, causal)
     (1, 4, 2, 1537, 96, torch.bfloat16, True),  # ends in the first half of both
     (1, 4, 2, 100, 128, torch.bfloat16, True),  # shorter than one tile
     (1, 4, 1, 1000, 64, torch.float16, False),
+    (1, 8, 2, 2049, 64, torch.bfloat16, True),  # the register-capped config's head dim, causal and ragged
     (2, 4, 4, 300, 128, torch.bfloat16, False),  # MHA
     (1, 4, 2, 777, 256, torch.bfloat16, True),  # the configs the autotuner keeps past head_dim 128
 ]
@@ -99,7 +100,7 @@ FAST_CASES = [  # (batch, Hq, Hkv, N, D, dtype, causal)
 # The autotuner's candidates, then each sub-tiled one with two query heads a program (HEADS=2, an
 # option of config= that bench/explore_fast.py's part "heads" times).
 TESTED_CONFIGS = fast_forward.CONFIGS + [
-    triton.Config({**c.kwargs, "HEADS": 2}, num_warps=c.num_warps, num_stages=c.num_stages)
+    triton.Config({**c.kwargs, "HEADS": 2}, num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=c.maxnreg)
     for c in fast_forward.CONFIGS if c.kwargs["SUBTILES"] == 2]
 
 
@@ -113,7 +114,7 @@ def test_every_fast_config_on_gpu(index, seed):
     the same tile does not fit either. (That HEADS reaches the kernel is checked on the CPU:
     tests/test_fast_kernels.py fails when a program pairs the wrong heads.)"""
     c = TESTED_CONFIGS[index]
-    config = dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
+    config = c.all_kwargs()  # the tile, warps, stages and a register cap if it has one
     checked = []
     for case in FAST_CASES:
         b, hq, hkv, n, d, dtype, causal = case
