@@ -211,9 +211,11 @@ def test_fast_kernels_launch_the_autotuners_pick_directly_from_a_keys_second_cal
     """On a GPU a fast kernel's first call for a key (length, heads, head dim, causal, dtype) runs the
     autotuner; from the second call on the kernel launches the autotuner's pick directly, because the
     autotuner's own look-up is host time that a short call's GPU waits for (``_picks`` in
-    gqa_flash/fast/forward.py). Here a stand-in autotuner, which launches the interpreter's tile and
-    counts its calls, takes the GPU's place: a key's first call goes through it, the second does not,
-    a new length does again, and the direct launches give the same bits and pass against float64."""
+    gqa_flash/fast/forward.py and backward.py). Here stand-in autotuners, which launch tiles of the
+    interpreter's size and count their calls, take the GPU's place. A key's first call goes through
+    them, its second does not, a new length or causal flag does again; the direct launches give the same
+    bits, pass against float64, carry the pick's warps, stages and register cap, and leave
+    ``best_config`` (the bench's tiles column) naming the pick of the key that ran last."""
     import torch
     import triton
 
@@ -223,13 +225,14 @@ def test_fast_kernels_launch_the_autotuners_pick_directly_from_a_keys_second_cal
     from gqa_flash.testing import assert_attention_matches, gradient_error, random_qkv
 
     class StandIn:
-        def __init__(self, kernel, config, set_block_shapes, desc_names):
+        """Picks ``configs[0]`` at its first tuning, ``configs[1]`` at its second, ... and launches it."""
+        def __init__(self, kernel, configs, set_block_shapes, desc_names):
             self.kernel, self.set_block_shapes, self.desc_names = kernel, set_block_shapes, desc_names
-            self.best_config = triton.Config(dict(config), num_warps=4, num_stages=1)
-            self.calls = 0
+            self.configs, self.best_config, self.calls = configs, None, 0
 
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
+                self.best_config = self.configs[self.calls % len(self.configs)]
                 self.calls += 1
                 config = self.best_config.all_kwargs()
                 self.set_block_shapes({**dict(zip(self.desc_names, args)), **config,
@@ -237,28 +240,53 @@ def test_fast_kernels_launch_the_autotuners_pick_directly_from_a_keys_second_cal
                 self.kernel[grid](*args, **kwargs, **config)
             return launch
 
+    class Recorder:
+        """The plain kernel, recording the options of each direct launch."""
+        def __init__(self, kernel):
+            self.kernel, self.options = kernel, []
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                self.options.append({k: kwargs.get(k) for k in ("num_warps", "num_stages", "maxnreg")})
+                self.kernel[grid](*args, **kwargs)
+            return launch
+
+    def configs(tile, *options):  # one tile, launched with each set of options in turn
+        return [triton.Config(dict(tile), num_warps=w, num_stages=s, maxnreg=r) for w, s, r in options]
+
     descs = ["q_desc", "k_desc", "v_desc", "do_desc"]
-    forward = StandIn(fast_forward._fast_forward_kernel, fast_forward.INTERPRETER_CONFIG,
+    # The forward's tile differs from the descriptors' placeholder (16 rows): a direct launch that left
+    # the tile shapes unset would load the wrong rows.
+    forward = StandIn(fast_forward._fast_forward_kernel, configs(dict(BLOCK_M=64, BLOCK_N=32, SUBTILES=2),
+                                                                 (8, 2, 96), (4, 3, None), (4, 1, None)),
                       fast_forward._set_block_shapes, ["q_desc", "k_desc", "v_desc", "o_desc"])
-    tuners = {"dq": StandIn(fast_backward._fast_dq_kernel, fast_backward.DQ_INTERPRETER_CONFIG,
+    tuners = {"dq": StandIn(fast_backward._fast_dq_kernel,
+                            configs(fast_backward.DQ_INTERPRETER_CONFIG, (2, 1, 80), (4, 2, None), (4, 1, None)),
                             fast_backward._set_block_shapes, descs + ["o_desc", "dq_desc"]),
-              "separate": StandIn(fast_backward._fast_backward_kernel, fast_backward.INTERPRETER_CONFIG,
+              "separate": StandIn(fast_backward._fast_backward_kernel,
+                                  configs(fast_backward.INTERPRETER_CONFIG, (8, 3, 120), (4, 2, None), (4, 1, None)),
                                   fast_backward._set_block_shapes, descs + ["dk_desc", "dv_desc"])}
+    direct = {"forward": Recorder(fast_forward._fast_forward_kernel),
+              "dq": Recorder(fast_backward._fast_dq_kernel), "separate": Recorder(fast_backward._fast_backward_kernel)}
     monkeypatch.setattr(runtime, "INTERPRETER", False)  # the GPU's path; the kernels still run interpreted
     monkeypatch.setattr(fast_forward, "_picks", {})
+    monkeypatch.setattr(fast_backward, "_picks", {})
     monkeypatch.setattr(fast_forward, "_kernel", lambda: forward)
     monkeypatch.setattr(fast_backward, "_kernel", lambda name: tuners[name])
+    monkeypatch.setattr(fast_forward, "_fast_forward_kernel", direct["forward"])
+    monkeypatch.setattr(fast_backward, "_fast_dq_kernel", direct["dq"])
+    monkeypatch.setattr(fast_backward, "_fast_backward_kernel", direct["separate"])
 
-    def run(seq_len):
+    def run(seq_len, causal=True):
         q, k, v = random_qkv(1, 4, 2, seq_len, 32, dtype=torch.float16, seed=seq_len)
         do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).to(torch.float16)
-        o, lse = fast_forward.fast_attention_forward(q, k, v, return_lse=True)
-        assert_attention_matches((o, lse), q, k, v, causal=True, sm_scale=None, return_lse=True,
-                                 context=f"N={seq_len}")
-        grads = fast_backward.fast_attention_backward(q, k, v, o, lse, do)
-        for name, g, r in zip("QKV", grads, gqa_flash.reference_gradients(q, k, v, do, causal=True)):
+        o, lse = fast_forward.fast_attention_forward(q, k, v, causal=causal, return_lse=True)
+        context = f"N={seq_len}, causal={causal}"
+        assert_attention_matches((o, lse), q, k, v, causal=causal, sm_scale=None, return_lse=True, context=context)
+        grads = fast_backward.fast_attention_backward(q, k, v, o, lse, do, causal=causal)
+        for name, g, r in zip("QKV", grads, gqa_flash.reference_gradients(q, k, v, do, causal=causal)):
             err, bound = gradient_error(g, r, torch.float16)
-            assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e} (N={seq_len})"
+            assert err <= bound, f"d{name}: error {err:.3e} > {bound:.3e} ({context})"
         return o, lse, *grads
 
     def calls():
@@ -270,5 +298,15 @@ def test_fast_kernels_launch_the_autotuners_pick_directly_from_a_keys_second_cal
     assert calls() == (1, 1, 1), "the second call of a key must launch the autotuner's pick directly"
     for name, a, b in zip(["O", "LSE", "dQ", "dK", "dV"], first, second):
         assert torch.equal(a, b), f"{name}: the direct launch differs from the autotuned one"
+    for name, options in [("forward", (8, 2, 96)), ("dq", (2, 1, 80)), ("separate", (8, 3, 120))]:
+        assert direct[name].options == [dict(zip(("num_warps", "num_stages", "maxnreg"), options))], (
+            f"{name}: the direct launch must carry the pick's warps, stages and register cap")
     run(50)
     assert calls() == (2, 2, 2), "a new length is a new key: the autotuner must pick again"
+    run(37, causal=False)
+    assert calls() == (3, 3, 3), "causal or not is part of the key: the autotuner must pick again"
+    run(37)
+    assert calls() == (3, 3, 3)
+    for name, tuner in [("forward", forward), *tuners.items()]:
+        assert tuner.best_config is tuner.configs[0], (
+            f"{name}: after a direct launch, best_config must name that key's pick, not the last one tuned")

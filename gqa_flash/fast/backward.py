@@ -394,6 +394,7 @@ DQ_FP32_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=8, num_stages=1)
 DELTA_ROWS = 64  # rows of D a program computes on a GPU (16 in the interpreter)
 _KEY = ["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL"]
 _tuned = {}
+_picks = {}  # (mode or "dq", key) -> the autotuner's pick, launched directly from then on (forward.py's _picks)
 
 
 def _kernel(name):
@@ -423,7 +424,7 @@ def _launch(kernel, name, grid, descs, config, interpreter_config, fp32_config, 
     elif config is None and dtype == torch.float32:
         config = fp32_config
     elif config is None:
-        config = remembered((name, *key))  # None at a key's first call: the autotuner picks
+        config = remembered(_picks, (name, *key), _kernel(name))  # None at a key's first call: the autotuner picks
     tuning = config is None
     if not tuning:
         config = dict(config)
@@ -433,7 +434,7 @@ def _launch(kernel, name, grid, descs, config, interpreter_config, fp32_config, 
     kernel[grid](*descs.values(), *args, HEAD_DIM_PAD=head_dim_pad, INPUT_PRECISION=input_precision(dtype),
                  **constexprs, **config)
     if tuning:
-        remember((name, *key), kernel)
+        remember(_picks, (name, *key), kernel)
 
 
 def _delta(o, do, head_dim_pad):

@@ -322,18 +322,25 @@ _tuned = None
 # time, which a short call's GPU waits for. Under Python's profiler on the H200 (head_dim 64, 1k,
 # bench/probe_host_overhead.py --profile) the look-up took a tenth of the fast backward's host time; with
 # it skipped and four descriptors fewer (gqa_flash/fast/backward.py), the profiled time a call fell from
-# 0.96 to 0.71 ms. So from a key's second call on, the kernel launches its pick directly.
+# 0.96 to 0.71 ms. So from a key's second call on, the kernel launches its pick directly. (The
+# backward keeps its own picks, beside its own autotuners.)
 _picks = {}
 
 
-def remembered(key):
-    """The autotuner's pick for ``key`` as fixed launch arguments, or None before it has picked."""
-    return _picks.get(key)
+def remembered(picks, key, tuner):
+    """The pick kept in ``picks`` for ``key`` as fixed launch arguments (tile, warps, stages, a register
+    cap), or None before the autotuner has picked. Like the autotuner's own call, it sets
+    ``tuner.best_config``, which says what the last call ran (the bench's tiles column reads it)."""
+    pick = picks.get(key)
+    if pick is None:
+        return None
+    tuner.best_config = pick
+    return pick.all_kwargs()
 
 
-def remember(key, tuner):
-    """Keep the config ``tuner`` (a ``triton.autotune`` kernel) picked in the call just made, for ``key``."""
-    _picks[key] = tuner.best_config.all_kwargs()
+def remember(picks, key, tuner):
+    """Keep in ``picks`` the config ``tuner`` (a ``triton.autotune`` kernel) picked in the call just made."""
+    picks[key] = tuner.best_config
 
 
 def _kernel():
@@ -412,7 +419,7 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     elif config is None and q.dtype == torch.float32:
         config = FP32_CONFIG
     elif config is None:
-        config = remembered(key)  # None at a key's first call: the autotuner picks
+        config = remembered(_picks, key, _kernel())  # None at a key's first call: the autotuner picks
     tuning = config is None
     if not tuning:
         kernel, config = _fast_forward_kernel, {"SUBTILES": 1, **config}
@@ -433,7 +440,7 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
         **config,
     )
     if tuning:
-        remember(key, kernel)
+        remember(_picks, key, kernel)
     if not o.is_contiguous():  # rows were padded to 16 bytes: hand back a plain tensor
         o = o.contiguous()
     return (o, lse) if return_lse else o
