@@ -78,7 +78,7 @@ def report(kernel_name, config, head_dim, dtype):
             constexprs["FLAT"], sig["FLAT"] = flat, "constexpr"
     compiled = triton.compile(ASTSource(kernel, sig, constexprs), target=GPUTarget("cuda", 90, 32),
                               options=dict(num_warps=config.num_warps, num_stages=config.num_stages,
-                                           **({"maxnreg": config.maxnreg} if config.maxnreg else {})))
+                                           maxnreg=config.maxnreg))
     with tempfile.TemporaryDirectory() as tmp:
         ptx = os.path.join(tmp, "kernel.ptx")
         with open(ptx, "w") as f:
@@ -94,9 +94,7 @@ def report(kernel_name, config, head_dim, dtype):
 
 def forward_configs():
     """The fast forward's candidates, then each sub-tiled one with two query heads a program."""
-    pairs = [triton.Config({**c.kwargs, "HEADS": 2}, num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=c.maxnreg)
-             for c in fast_forward.CONFIGS if c.kwargs["SUBTILES"] == 2]
-    return fast_forward.CONFIGS + pairs
+    return fast_forward.CONFIGS + fast_forward.head_pair_twins(fast_forward.CONFIGS)
 
 
 def main(argv=None):

@@ -382,6 +382,14 @@ def input_precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+def head_pair_twins(configs):
+    """Each sub-tiled config of ``configs`` again with two query heads a program (``HEADS=2``, item 6),
+    its warps, stages and register cap unchanged: what tests/gpu checks and bench/register_report.py
+    compiles beside the autotuner's candidates."""
+    return [triton.Config({**c.kwargs, "HEADS": 2}, num_warps=c.num_warps, num_stages=c.num_stages,
+                          maxnreg=c.maxnreg) for c in configs if c.kwargs["SUBTILES"] == 2]
+
+
 def _check_head_pairs(config, group_size):
     """HEADS=2 puts two query heads of one KV group in a program, one a sub-tile."""
     if config.get("HEADS") != 2 or config.get("SUBTILES") != 2 or group_size % 2:

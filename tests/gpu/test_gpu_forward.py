@@ -99,9 +99,7 @@ FAST_CASES = [  # (batch, Hq, Hkv, N, D, dtype, causal)
 
 # The autotuner's candidates, then each sub-tiled one with two query heads a program (HEADS=2, an
 # option of config= that bench/explore_fast.py's part "heads" times).
-TESTED_CONFIGS = fast_forward.CONFIGS + [
-    triton.Config({**c.kwargs, "HEADS": 2}, num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=c.maxnreg)
-    for c in fast_forward.CONFIGS if c.kwargs["SUBTILES"] == 2]
+TESTED_CONFIGS = fast_forward.CONFIGS + fast_forward.head_pair_twins(fast_forward.CONFIGS)
 
 
 @pytest.mark.timeout(300)
