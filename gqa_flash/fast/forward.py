@@ -75,6 +75,8 @@ A warp-specialized key loop (``tl.range(..., warp_specialize=True)``) was
 measured and removed: bench/RESULTS.md.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -145,19 +147,45 @@ def _fast_forward_kernel(
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr = True,
-    HEADS: tl.constexpr = 1,
+    HEADS: tl.constexpr = 1, PER_SM: tl.constexpr = 0,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
     tl.static_assert(HEADS == 1 or SUBTILES == 2, "HEADS=2 takes one query head a sub-tile: SUBTILES=2")
+    pid = tl.program_id(0)
+    if PER_SM == 0:  # one tile a program, as many programs as tiles
+        _forward_tile(pid, q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh, sm_scale, SEQ_LEN, BATCH,
+                      N_Q_HEADS, N_KV_HEADS, HEAD_DIM_PAD, BLOCK_M, BLOCK_N, CAUSAL, SUBTILES, INPUT_PRECISION,
+                      GROUP_MAJOR, HEADS)
+    else:
+        # Persistent: PER_SM programs an SM, each walking tiles in laps. Tiles are numbered
+        # heaviest first; even laps hand them out left to right, odd laps right to left (a snake), so
+        # the program that took a lap's heaviest tile takes the next lap's lightest.
+        n_programs = tl.num_programs(0)
+        n_tiles = tl.cdiv(SEQ_LEN, BLOCK_M // HEADS) * BATCH * (N_Q_HEADS // HEADS)
+        for lap in range(0, tl.cdiv(n_tiles, n_programs)):
+            tile = lap * n_programs + tl.where(lap % 2 == 0, pid, n_programs - 1 - pid)
+            if tile < n_tiles:
+                _forward_tile(tile, q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh, sm_scale, SEQ_LEN,
+                              BATCH, N_Q_HEADS, N_KV_HEADS, HEAD_DIM_PAD, BLOCK_M, BLOCK_N, CAUSAL, SUBTILES,
+                              INPUT_PRECISION, GROUP_MAJOR, HEADS)
+
+
+@triton.jit
+def _forward_tile(
+    tile, q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh,
+    sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
+    HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr, HEADS: tl.constexpr,
+):
+    """One query tile, numbered heaviest first: BLOCK_M // HEADS rows of HEADS query heads."""
     ROWS: tl.constexpr = BLOCK_M // HEADS  # the query positions a program owns
     group_size = N_Q_HEADS // N_KV_HEADS
     programs_per_group = group_size // HEADS
-    pid = tl.program_id(0)
     if GROUP_MAJOR:
         # One flat grid, decoded so that neighbours share a KV head:
-        #   pid = (tile_order * (BATCH * N_KV_HEADS) + batch_kv) * programs_per_group + head_in_group / HEADS
-        head_in_group = (pid % programs_per_group) * HEADS
-        rest = pid // programs_per_group
+        #   tile = (tile_order * (BATCH * N_KV_HEADS) + batch_kv) * programs_per_group + head_in_group / HEADS
+        head_in_group = (tile % programs_per_group) * HEADS
+        rest = tile // programs_per_group
         batch_kv = rest % (BATCH * N_KV_HEADS)
         tile_order = rest // (BATCH * N_KV_HEADS)
         batch = batch_kv // N_KV_HEADS
@@ -167,9 +195,9 @@ def _fast_forward_kernel(
         # The graded kernel's order, kept to measure the difference (bench/dram_traffic.py): every
         # query tile of one (batch, query head) back to back, then the next head.
         n_tiles = tl.cdiv(SEQ_LEN, ROWS)
-        tile_order = pid % n_tiles
-        batch = (pid // n_tiles) // (N_Q_HEADS // HEADS)
-        q_head = ((pid // n_tiles) % (N_Q_HEADS // HEADS)) * HEADS
+        tile_order = tile % n_tiles
+        batch = (tile // n_tiles) // (N_Q_HEADS // HEADS)
+        q_head = ((tile // n_tiles) % (N_Q_HEADS // HEADS)) * HEADS
         kv_head = q_head // group_size
     if CAUSAL:  # the heaviest query tiles first
         q_block = tl.cdiv(SEQ_LEN, ROWS) - 1 - tile_order
@@ -382,6 +410,12 @@ def input_precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+@functools.cache
+def multiprocessors(device) -> int:
+    """The GPU's SM count (1 in the interpreter): a persistent launch's programs are PER_SM times this."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
 def head_pair_twins(configs):
     """Each sub-tiled config of ``configs`` again with two query heads a program (``HEADS=2``, item 6),
     its warps, stages and register cap unchanged: what tests/gpu checks and bench/register_report.py
@@ -437,9 +471,10 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     if config.get("HEADS", 1) != 1:
         _check_head_pairs(config, n_q_heads // n_kv_heads)
 
-    def grid(meta):  # a program owns BLOCK_M // HEADS query rows of HEADS query heads
-        heads = meta.get("HEADS", 1)
-        return (triton.cdiv(seq_len, meta["BLOCK_M"] // heads) * batch * (n_q_heads // heads),)
+    def grid(meta):  # a tile is BLOCK_M // HEADS query rows of HEADS query heads
+        heads, per_sm = meta.get("HEADS", 1), meta.get("PER_SM", 0)
+        tiles = triton.cdiv(seq_len, meta["BLOCK_M"] // heads) * batch * (n_q_heads // heads)
+        return (min(tiles, per_sm * multiprocessors(q.device)) if per_sm else tiles,)
 
     kernel[grid](
         descs["q_desc"], descs["k_desc"], descs["v_desc"], descs["o_desc"], lse, *lse.stride()[:2],
