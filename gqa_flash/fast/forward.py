@@ -75,8 +75,6 @@ A warp-specialized key loop (``tl.range(..., warp_specialize=True)``) was
 measured and removed: bench/RESULTS.md.
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -147,27 +145,16 @@ def _fast_forward_kernel(
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr = True,
-    HEADS: tl.constexpr = 1, PER_SM: tl.constexpr = 0,
+    HEADS: tl.constexpr = 1, TILES: tl.constexpr = 1,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
     tl.static_assert(HEADS == 1 or SUBTILES == 2, "HEADS=2 takes one query head a sub-tile: SUBTILES=2")
-    pid = tl.program_id(0)
-    if PER_SM == 0:  # one tile a program, as many programs as tiles
-        _forward_tile(pid, q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh, sm_scale, SEQ_LEN, BATCH,
-                      N_Q_HEADS, N_KV_HEADS, HEAD_DIM_PAD, BLOCK_M, BLOCK_N, CAUSAL, SUBTILES, INPUT_PRECISION,
-                      GROUP_MAJOR, HEADS)
-    else:
-        # Persistent: PER_SM programs an SM, each walking tiles in laps. Tiles are numbered
-        # heaviest first; even laps hand them out left to right, odd laps right to left (a snake), so
-        # the program that took a lap's heaviest tile takes the next lap's lightest.
-        n_programs = tl.num_programs(0)
-        n_tiles = tl.cdiv(SEQ_LEN, BLOCK_M // HEADS) * BATCH * (N_Q_HEADS // HEADS)
-        for lap in range(0, tl.cdiv(n_tiles, n_programs)):
-            tile = lap * n_programs + tl.where(lap % 2 == 0, pid, n_programs - 1 - pid)
-            if tile < n_tiles:
-                _forward_tile(tile, q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh, sm_scale, SEQ_LEN,
-                              BATCH, N_Q_HEADS, N_KV_HEADS, HEAD_DIM_PAD, BLOCK_M, BLOCK_N, CAUSAL, SUBTILES,
-                              INPUT_PRECISION, GROUP_MAJOR, HEADS)
+    # TILES tiles a program, one after the other: neighbours in the tile order, so the same rows of
+    # TILES query heads of one KV group (the same work each).
+    for j in tl.static_range(TILES):
+        _forward_tile(tl.program_id(0) * TILES + j, q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh,
+                      sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS, HEAD_DIM_PAD, BLOCK_M, BLOCK_N, CAUSAL,
+                      SUBTILES, INPUT_PRECISION, GROUP_MAJOR, HEADS)
 
 
 @triton.jit
@@ -323,12 +310,14 @@ def fits(config, head_dim_pad) -> bool:
 
 # Below this length the 256-row tiles are not candidates. Measured at fixed tiles (ratio to cuDNN):
 # at 1k they lose everywhere (head_dim 128: 0.74 against 0.84 for 128 x 64 on 4 warps, 2 stages; 64:
-# 0.68 against 0.92 for 64 x 64; h200_backward_flat_forward_merged.csv, rows without "merged"); at 4k
-# they tie or lose (128: 0.91 against 0.98 there, 0.95 against 0.945 in
-# h200_fast_forward_subtile_shapes.csv, 0.81 against 0.80 in h200_forward_pick_probe.csv; 64: 0.84
-# against 0.99). Fewer candidates, fewer near ties for the autotuner's noisy timing to decide and a
-# shorter first call. From 8k on the 256-row tile wins at head_dim 128 (bench/RESULTS.md).
-LONG_TILES_FROM = 8192
+# 0.68 against 0.92 for 64 x 64; h200_backward_flat_forward_merged.csv, rows without "merged"), and at
+# 2k at head_dim 128 (0.79 against 0.80, h200_fast_forward_persistent.csv, rows persm0). At 4k, head_dim
+# 128, they lost once and led three times by 0.01-0.03 (0.91 against 0.98 in the first file; 0.95
+# against 0.945 in h200_fast_forward_subtile_shapes.csv, 0.81 against 0.80 in h200_forward_pick_probe.csv,
+# 0.92 against 0.90 in h200_fast_forward_persistent.csv), so from 4k they are candidates (prediction 21);
+# at head_dim 64 they lose (0.84 against 0.99) and the autotuner passes them over. From 8k on the
+# 256-row tile wins at head_dim 128 (bench/RESULTS.md).
+LONG_TILES_FROM = 4096
 
 
 def _prune(configs, named_args, **kwargs):
@@ -410,12 +399,6 @@ def input_precision(dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-@functools.cache
-def multiprocessors(device) -> int:
-    """The GPU's SM count (1 in the interpreter): a persistent launch's programs are PER_SM times this."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-
-
 def head_pair_twins(configs):
     """Each sub-tiled config of ``configs`` again with two query heads a program (``HEADS=2``, item 6),
     its warps, stages and register cap unchanged: what tests/gpu checks and bench/register_report.py
@@ -472,9 +455,8 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
         _check_head_pairs(config, n_q_heads // n_kv_heads)
 
     def grid(meta):  # a tile is BLOCK_M // HEADS query rows of HEADS query heads
-        heads, per_sm = meta.get("HEADS", 1), meta.get("PER_SM", 0)
-        tiles = triton.cdiv(seq_len, meta["BLOCK_M"] // heads) * batch * (n_q_heads // heads)
-        return (min(tiles, per_sm * multiprocessors(q.device)) if per_sm else tiles,)
+        heads = meta.get("HEADS", 1)
+        return (triton.cdiv(seq_len, meta["BLOCK_M"] // heads) * batch * (n_q_heads // heads) // meta.get("TILES", 1),)
 
     kernel[grid](
         descs["q_desc"], descs["k_desc"], descs["v_desc"], descs["o_desc"], lse, *lse.stride()[:2],
