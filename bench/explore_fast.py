@@ -1,6 +1,6 @@
 """Device exploration (developers): the fast kernels' tile configs, one run.
 
-    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [heads] [regs] [tiles2] [d128]
+    python bench/explore_fast.py OUT_DIR [fwd] [bwd] [bwd2] [split] [flat] [heads] [regs] [d128]
 
 bf16, causal, GQA 32:8, 16k tokens a launch; medians of triton.testing.do_bench.
 Forward: SDPA default, the graded and fast kernels autotuned, then the fast
@@ -21,14 +21,12 @@ program share an SM, each tile with and without it, in interleaved rounds: the
 fast forward's 128 x 64 two-sub-tile tiles at head_dim 64 (178 registers a
 thread, 2 programs an SM; 160 or 168 fit 3), and the two-pass backward's dQ
 kernel at head_dim 128 (128 x 32 on 8 warps: 132 registers, one program; 128
-fit 2) with the dK/dV kernel's tile fixed. tiles2 (not run by default): the forward's picks with one
-tile a program and with two in sequence (``TILES=2``), N = 1k to 16k,
-interleaved.
+fit 2) with the dK/dV kernel's tile fixed.
 Writes OUT_DIR/explore_fast_<parts>.csv.
 
 Earlier runs also timed the forward with the blocks before the diagonal and
 the diagonal's in one loop (part merged, commit 239abec), a persistent grid (part persist,
-commit 66b133a), lazy rescaling, a warp-specialized key loop, the
+commit 66b133a), two tiles a program (part tiles2, commit b4ad365), lazy rescaling, a warp-specialized key loop, the
 TMA's bulk dQ add and the dK/dV pass launched head-major (part order, commit ad714a9), options since
 taken out of the kernels; their
 outcomes are in bench/RESULTS.md (lazy rescaling's numbers in
@@ -73,9 +71,6 @@ HEAD_PAIR_TILES = [(256, 64, 8, 3), (256, 64, 8, 2), (128, 64, 4, 3), (128, 64, 
 # tiles 132 (128 x 32), 170 (128 x 64) and 242 (128 x 128, 2 stages).
 REG_FORWARD = {64: [((128, 64, 4, 3), (None, 168, 160)), ((128, 64, 4, 2), (None, 160))]}
 REG_DQ = {128: [((128, 32, 8, 3), (None, 128)), ((128, 32, 8, 2), (None, 128)), ((128, 64, 8, 3), (None,))]}
-# Part tiles2: (BLOCK_M, BLOCK_N, warps, stages, register cap), each with one tile a program and with two
-# (TILES=2: the same rows of two query heads of a KV group, one after the other): the forward's picks.
-TWO_TILES = {64: [(128, 64, 4, 3, 168), (128, 64, 4, 3, None)], 128: [(128, 64, 4, 2, None), (256, 64, 8, 3, None)]}
 REG_KV_FIXED = {128: dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, FLAT=True)}  # the usual pick
 
 
@@ -273,28 +268,14 @@ def main(out_dir, parts=("fwd", "bwd")):
             interleaved("regs_dq", d, n, steps, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2,
                         flops)
 
-    def tiles2_case(d, n):
-        """Each TWO_TILES tile with one tile a program and with two, interleaved."""
-        q, k, v, flops, ref, sdpa = forward_inputs(d, n)
-        steps = {"sdpa_default": sdpa,
-                 "fast_autotuned": lambda: fast_forward.fast_attention_forward(q, k, v, causal=True)}
-        for bm, bn, w, st, cap in TWO_TILES[d]:
-            for tiles in (1, 2):
-                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=2, TILES=tiles,
-                           **({"maxnreg": cap} if cap else {}))
-                name = f"fast_{bm}x{bn}_w{w}_s{st}_sub2" + (f"_regs{cap}" if cap else "") + f"_tiles{tiles}"
-                steps[name] = lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg)
-        interleaved("tiles2", d, n, steps, lambda out: rel(out, ref), 2e-2, flops)
-
     # One function a case: its tensors are freed when it returns, before the next case allocates.
     for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case),
-                       ("flat", flat_case), ("split", split_case), ("heads", heads_case), ("regs", regs_case),
-                       ("tiles2", tiles2_case)):
+                       ("flat", flat_case), ("split", split_case), ("heads", heads_case), ("regs", regs_case)):
         for d in (64, 128) if kind in parts else ():
             if "d128" in parts and d != 128:  # `bwd2 d128`: head_dim 128 only
                 continue
             lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "heads": (1024, 2048, 4096, 8192, 16384),
-                       "regs": (1024, 4096, 16384), "tiles2": (1024, 2048, 4096, 8192, 16384)}
+                       "regs": (1024, 4096, 16384)}
             for n in lengths.get(kind, (1024, 4096, 16384)):
                 case(d, n)
 

@@ -310,3 +310,22 @@ def test_fast_kernels_launch_the_autotuners_pick_directly_from_a_keys_second_cal
     for name, tuner in [("forward", forward), *tuners.items()]:
         assert tuner.best_config is tuner.configs[0], (
             f"{name}: after a direct launch, best_config must name that key's pick, not the last one tuned")
+
+
+@pytest.mark.parametrize("head_dim_pad, seq_len, expected", [
+    # head_dim 64: the capped 128 x 64 replaces its uncapped twin; the 256-row tile from 4k on
+    (64, 2048, {(128, 64, 4, 2, 2, None), (64, 64, 4, 3, 1, None), (128, 64, 8, 3, 1, None),
+                (64, 32, 4, 2, 1, None), (128, 64, 4, 3, 2, 168)}),
+    (64, 4096, {(256, 64, 8, 3, 2, None), (128, 64, 4, 2, 2, None), (64, 64, 4, 3, 1, None),
+                (128, 64, 8, 3, 1, None), (64, 32, 4, 2, 1, None), (128, 64, 4, 3, 2, 168)}),
+    # head_dim 128: the cap would spill there, so the uncapped tile stays
+    (128, 4096, {(256, 64, 8, 3, 2, None), (128, 64, 4, 3, 2, None), (128, 64, 4, 2, 2, None),
+                 (64, 64, 4, 3, 1, None), (128, 64, 8, 3, 1, None), (64, 32, 4, 2, 1, None)}),
+])
+def test_fast_forward_candidates_at_a_shape(head_dim_pad, seq_len, expected):
+    from gqa_flash.fast import forward
+
+    kept = forward._prune(forward.CONFIGS, {"HEAD_DIM_PAD": head_dim_pad, "SEQ_LEN": seq_len})
+    tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.kwargs["SUBTILES"], c.maxnreg)
+             for c in kept}
+    assert tiles == expected

@@ -43,7 +43,8 @@ the changes that the performance notebook measures one by one:
 5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
    which the graded kernel's masked loads make too costly, next to plain ones,
    and at head dims up to 64 a 128 x 64 capped at 168 registers a thread, so
-   that three programs share an SM instead of two (``CONFIGS``). The
+   that three programs share an SM instead of two, in place of its uncapped
+   twin there (``CONFIGS``, ``_prune``). The
    autotuner times the candidates at a shape's first call; later calls of
    that shape launch its pick directly (``_picks``), which saves host time.
 6. Two query heads a program (``HEADS=2``, an option of ``config``). The two
@@ -145,34 +146,19 @@ def _fast_forward_kernel(
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr = True,
-    HEADS: tl.constexpr = 1, TILES: tl.constexpr = 1,
+    HEADS: tl.constexpr = 1,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
     tl.static_assert(HEADS == 1 or SUBTILES == 2, "HEADS=2 takes one query head a sub-tile: SUBTILES=2")
-    # TILES tiles a program, one after the other: neighbours in the tile order, so the same rows of
-    # TILES query heads of one KV group (the same work each).
-    for j in tl.static_range(TILES):
-        _forward_tile(tl.program_id(0) * TILES + j, q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh,
-                      sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS, HEAD_DIM_PAD, BLOCK_M, BLOCK_N, CAUSAL,
-                      SUBTILES, INPUT_PRECISION, GROUP_MAJOR, HEADS)
-
-
-@triton.jit
-def _forward_tile(
-    tile, q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh,
-    sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
-    HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr, HEADS: tl.constexpr,
-):
-    """One query tile, numbered heaviest first: BLOCK_M // HEADS rows of HEADS query heads."""
     ROWS: tl.constexpr = BLOCK_M // HEADS  # the query positions a program owns
     group_size = N_Q_HEADS // N_KV_HEADS
     programs_per_group = group_size // HEADS
+    pid = tl.program_id(0)
     if GROUP_MAJOR:
         # One flat grid, decoded so that neighbours share a KV head:
-        #   tile = (tile_order * (BATCH * N_KV_HEADS) + batch_kv) * programs_per_group + head_in_group / HEADS
-        head_in_group = (tile % programs_per_group) * HEADS
-        rest = tile // programs_per_group
+        #   pid = (tile_order * (BATCH * N_KV_HEADS) + batch_kv) * programs_per_group + head_in_group / HEADS
+        head_in_group = (pid % programs_per_group) * HEADS
+        rest = pid // programs_per_group
         batch_kv = rest % (BATCH * N_KV_HEADS)
         tile_order = rest // (BATCH * N_KV_HEADS)
         batch = batch_kv // N_KV_HEADS
@@ -182,9 +168,9 @@ def _forward_tile(
         # The graded kernel's order, kept to measure the difference (bench/dram_traffic.py): every
         # query tile of one (batch, query head) back to back, then the next head.
         n_tiles = tl.cdiv(SEQ_LEN, ROWS)
-        tile_order = tile % n_tiles
-        batch = (tile // n_tiles) // (N_Q_HEADS // HEADS)
-        q_head = ((tile // n_tiles) % (N_Q_HEADS // HEADS)) * HEADS
+        tile_order = pid % n_tiles
+        batch = (pid // n_tiles) // (N_Q_HEADS // HEADS)
+        q_head = ((pid // n_tiles) % (N_Q_HEADS // HEADS)) * HEADS
         kv_head = q_head // group_size
     if CAUSAL:  # the heaviest query tiles first
         q_block = tl.cdiv(SEQ_LEN, ROWS) - 1 - tile_order
@@ -320,10 +306,22 @@ def fits(config, head_dim_pad) -> bool:
 LONG_TILES_FROM = 4096
 
 
+def _tile(config):
+    """A config without its register cap: what a capped config and its uncapped twin share."""
+    return tuple(sorted(config.kwargs.items())), config.num_warps, config.num_stages
+
+
 def _prune(configs, named_args, **kwargs):
+    """The candidates at one shape. Where a capped config fits, its uncapped twin is not a candidate: at
+    head_dim 64 the cap won at every length in three runs (13 of 13 pairs, 0.96-1.05 against 0.85-1.03:
+    h200_register_caps_fixed_tiles.csv, h200_fast_forward_persistent.csv rows persm0 and
+    h200_fast_forward_two_tiles.log rows tiles1), yet the autotuner's own timing picked the twin at 8k in
+    two sweeps (0.997 and 0.993 of cuDNN). Prediction 23."""
     args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
     kept = [c for c in configs if fits(c, args["HEAD_DIM_PAD"])
             and (c.kwargs["BLOCK_M"] < 256 or args["SEQ_LEN"] >= LONG_TILES_FROM)]
+    capped = {_tile(c) for c in kept if c.maxnreg is not None}
+    kept = [c for c in kept if c.maxnreg is not None or _tile(c) not in capped]
     return kept or configs
 
 
@@ -454,9 +452,9 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     if config.get("HEADS", 1) != 1:
         _check_head_pairs(config, n_q_heads // n_kv_heads)
 
-    def grid(meta):  # a tile is BLOCK_M // HEADS query rows of HEADS query heads
+    def grid(meta):  # a program owns BLOCK_M // HEADS query rows of HEADS query heads
         heads = meta.get("HEADS", 1)
-        return (triton.cdiv(seq_len, meta["BLOCK_M"] // heads) * batch * (n_q_heads // heads) // meta.get("TILES", 1),)
+        return (triton.cdiv(seq_len, meta["BLOCK_M"] // heads) * batch * (n_q_heads // heads),)
 
     kernel[grid](
         descs["q_desc"], descs["k_desc"], descs["v_desc"], descs["o_desc"], lse, *lse.stride()[:2],
