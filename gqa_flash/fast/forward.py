@@ -298,7 +298,7 @@ def fits(config, head_dim_pad) -> bool:
 # at 1k they lose everywhere (head_dim 128: 0.74 against 0.84 for 128 x 64 on 4 warps, 2 stages; 64:
 # 0.68 against 0.92 for 64 x 64; h200_backward_flat_forward_merged.csv, rows without "merged"), and at
 # 2k at head_dim 128 (0.79 against 0.80, h200_fast_forward_persistent.csv, rows persm0). At 4k, head_dim
-# 128, they lost once, led three times by 0.005-0.03 and tied once (0.91 against 0.98 in the first file;
+# 128, they lost once, led three times by 0.005-0.03 and tied once (0.91 against 0.97 in the first file;
 # 0.95 against 0.945 in h200_fast_forward_subtile_shapes.csv, 0.81 against 0.80 in
 # h200_forward_pick_probe.csv, 0.92 against 0.90 in h200_fast_forward_persistent.csv; 0.896 against
 # 0.898 in h200_fast_forward_two_tiles.log), so from 4k they are candidates and the autotuner decides
