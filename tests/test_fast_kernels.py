@@ -321,11 +321,16 @@ def test_fast_kernels_launch_the_autotuners_pick_directly_from_a_keys_second_cal
     # head_dim 128: the cap would spill there, so the uncapped tile stays
     (128, 4096, {(256, 64, 8, 3, 2, None), (128, 64, 4, 3, 2, None), (128, 64, 4, 2, 2, None),
                  (64, 64, 4, 3, 1, None), (128, 64, 8, 3, 1, None), (64, 32, 4, 2, 1, None)}),
+    # head_dim 32: the cap was not measured there, so both twins stay
+    (32, 4096, {(256, 64, 8, 3, 2, None), (128, 64, 4, 3, 2, None), (128, 64, 4, 2, 2, None),
+                (64, 64, 4, 3, 1, None), (128, 64, 8, 3, 1, None), (64, 32, 4, 2, 1, None),
+                (128, 64, 4, 3, 2, 168)}),
 ])
 def test_fast_forward_candidates_at_a_shape(head_dim_pad, seq_len, expected):
     from gqa_flash.fast import forward
 
-    kept = forward._prune(forward.CONFIGS, {"HEAD_DIM_PAD": head_dim_pad, "SEQ_LEN": seq_len})
+    # As the autotuner calls it: SEQ_LEN among the positional arguments, HEAD_DIM_PAD (passed by keyword) apart.
+    kept = forward._prune(forward.CONFIGS, {"SEQ_LEN": seq_len}, HEAD_DIM_PAD=head_dim_pad)
     tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.kwargs["SUBTILES"], c.maxnreg)
              for c in kept}
     assert tiles == expected

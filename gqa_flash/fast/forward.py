@@ -44,7 +44,7 @@ the changes that the performance notebook measures one by one:
    which the graded kernel's masked loads make too costly, next to plain ones,
    and at head dims up to 64 a 128 x 64 capped at 168 registers a thread, so
    that three programs share an SM instead of two, in place of its uncapped
-   twin there (``CONFIGS``, ``_prune``). The
+   twin at head_dim 64 (``CONFIGS``, ``_prune``). The
    autotuner times the candidates at a shape's first call; later calls of
    that shape launch its pick directly (``_picks``), which saves host time.
 6. Two query heads a program (``HEADS=2``, an option of ``config``). The two
@@ -265,8 +265,9 @@ def _config(bm, bn, warps, stages, subtiles, maxnreg=None):
 
 # Measured on the H200 (bench/explore_fast.py, notebooks/data/): two 128-row
 # sub-tiles (256 x 64, 8 warps) win at head_dim 128 from N = 8k (a tie at 4k,
-# see LONG_TILES_FROM), two 64-row sub-tiles on 4 warps (128 x 64) at head_dim
-# 64 from 2k and, with 2 stages, at 128 for short sequences; 64 x 64 at 1k for head_dim 64. 128 x 64 and
+# where the autotuner picks them: LONG_TILES_FROM), two 64-row sub-tiles on 4 warps (128 x 64) at head_dim
+# 64 from 2k (capped, below) and, with 2 stages, at 128 for short sequences; 64 x 64 at 1k for head_dim 64
+# before the cap. 128 x 64 and
 # 64 x 32 without sub-tiles are there for head dims above 128, where the
 # sub-tiled tiles do not fit in shared memory or spill registers. Fewer
 # candidates also means fewer chances for the autotuner's own timing noise
@@ -277,7 +278,8 @@ def _config(bm, bn, warps, stages, subtiles, maxnreg=None):
 # SM's 65,536 registers for 2 programs, 168 for 3 (65 KiB of shared memory each; no spill either way).
 # A third program hides the others' waits. Measured on the H200 (h200_register_caps_fixed_tiles.csv,
 # head_dim 64, ratio to cuDNN): 0.96 / 1.00 / 1.00 at 1k / 4k / 16k against 0.85 / 0.97 / 0.99
-# uncapped. At head_dim 128 the same tile needs 255 and a cap would spill.
+# uncapped. At head_dim 128 the same tile needs 255 and a cap would spill. At head_dim 64 the capped
+# tile replaces its uncapped twin among the candidates (``_prune``).
 CONFIGS = [
     _config(bm, bn, w, st, sub, cap) for bm, bn, w, st, sub, cap in [
         (256, 64, 8, 3, 2, None), (128, 64, 4, 3, 2, None), (128, 64, 4, 2, 2, None), (64, 64, 4, 3, 1, None),
@@ -313,16 +315,17 @@ def _tile(config):
 
 
 def _prune(configs, named_args, **kwargs):
-    """The candidates at one shape. Where a capped config fits, its uncapped twin is not a candidate: at
-    head_dim 64 the cap won at every length in three runs (13 of 13 pairs, 0.96-1.05 against 0.85-1.03:
+    """The candidates at one shape. At head_dim 64 a capped config's uncapped twin is not a candidate: there
+    the cap won at every length in three runs (13 of 13 pairs, 0.96-1.05 against 0.85-1.03:
     h200_register_caps_fixed_tiles.csv, h200_fast_forward_persistent.csv rows persm0 and
     h200_fast_forward_two_tiles.log rows tiles1), yet the autotuner's own timing picked the twin at 8k in
     two sweeps (0.997 and 0.993 of cuDNN). Prediction 23."""
     args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
     kept = [c for c in configs if fits(c, args["HEAD_DIM_PAD"])
             and (c.kwargs["BLOCK_M"] < 256 or args["SEQ_LEN"] >= LONG_TILES_FROM)]
-    capped = {_tile(c) for c in kept if c.maxnreg is not None}
-    kept = [c for c in kept if c.maxnreg is not None or _tile(c) not in capped]
+    if args["HEAD_DIM_PAD"] == CAPPED_UP_TO:  # where the cap was measured (below 64 it buys no third program)
+        capped = {_tile(c) for c in kept if c.maxnreg is not None}
+        kept = [c for c in kept if c.maxnreg is not None or _tile(c) not in capped]
     return kept or configs
 
 
