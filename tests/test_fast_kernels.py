@@ -321,6 +321,9 @@ def test_fast_kernels_launch_the_autotuners_pick_directly_from_a_keys_second_cal
     # head_dim 128: the cap would spill there, so the uncapped tile stays
     (128, 4096, {(256, 64, 8, 3, 2, None), (128, 64, 4, 3, 2, None), (128, 64, 4, 2, 2, None),
                  (64, 64, 4, 3, 1, None), (128, 64, 8, 3, 1, None), (64, 32, 4, 2, 1, None)}),
+    # head_dim 256: only the tiles whose Q rows and K/V stages fit in shared memory (no 256-row tile, no
+    # 128 x 64 with 3 stages: 256 KiB)
+    (256, 4096, {(128, 64, 4, 2, 2, None), (64, 64, 4, 3, 1, None), (64, 32, 4, 2, 1, None)}),
     # head_dim 32: the cap was not measured there, so both twins stay
     (32, 4096, {(256, 64, 8, 3, 2, None), (128, 64, 4, 3, 2, None), (128, 64, 4, 2, 2, None),
                 (64, 64, 4, 3, 1, None), (128, 64, 8, 3, 1, None), (64, 32, 4, 2, 1, None),

@@ -289,11 +289,18 @@ CONFIGS = [
 CAPPED_UP_TO = 64  # head_dim_pad
 
 
+SHARED_MEMORY = 232_448  # bytes of shared memory a program may hold on sm_90 (an H100 or H200)
+
+
 def fits(config, head_dim_pad) -> bool:
-    """Past head_dim 128 the big tiles do not fit in shared memory; past 64 a register cap spills."""
+    """Whether ``config`` can run at ``head_dim_pad`` (2-byte inputs): past 64 a register cap spills, and
+    its Q rows and ``num_stages`` K and V tiles must fit in shared memory. That estimate matches the
+    H200 at head_dim 256 (h200_gpu_tests_fast_configs_final.log): 128 x 64 with 2 stages (192 KiB) and
+    64 x 64 with 3 (224 KiB) run there, 128 x 64 with 3 stages (256 KiB) does not compile."""
     if config.maxnreg is not None and head_dim_pad > CAPPED_UP_TO:
         return False
-    return head_dim_pad <= 128 or config.kwargs["BLOCK_M"] * config.kwargs["BLOCK_N"] <= 128 * 64
+    rows = config.kwargs["BLOCK_M"] + 2 * config.num_stages * config.kwargs["BLOCK_N"]
+    return rows * head_dim_pad * 2 <= SHARED_MEMORY
 
 
 # Below this length the 256-row tiles are not candidates. Measured at fixed tiles (ratio to cuDNN):
