@@ -74,7 +74,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gqa_flash import runtime
-from gqa_flash.fast.forward import empty_readable, input_precision, readable, remember, remembered
+from gqa_flash.fast.forward import empty_readable, fixed_config, input_precision, readable, remember
 
 
 @triton.jit
@@ -419,13 +419,8 @@ def _launch(kernel, name, grid, descs, config, interpreter_config, fp32_config, 
     """Run ``kernel`` on fixed tiles (``config``; the interpreter's; fp32's; the autotuner's pick for
     ``key`` once it has one) or autotuned (``_kernel(name)``). ``key`` ends with the inputs' dtype."""
     dtype = key[-1]
-    if config is None and runtime.INTERPRETER:
-        config = interpreter_config
-    elif config is None and dtype == torch.float32:
-        config = fp32_config
-    elif config is None:
-        config = remembered(_picks, (name, *key), _kernel(name))  # None at a key's first call: the autotuner picks
-    tuning = config is None
+    config = fixed_config(config, interpreter_config, fp32_config, dtype, _picks, (name, *key), lambda: _kernel(name))
+    tuning = config is None  # a key's first call on a GPU: the autotuner picks
     if not tuning:
         config = dict(config)
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})

@@ -353,14 +353,22 @@ _tuned = None
 _picks = {}
 
 
-def remembered(picks, key, tuner):
-    """The pick kept in ``picks`` for ``key`` as fixed launch arguments (tile, warps, stages, a register
-    cap), or None before the autotuner has picked. Like the autotuner's own call, it sets
-    ``tuner.best_config``, which says what the last call ran (the bench's tiles column reads it)."""
+def fixed_config(config, interpreter_config, fp32_config, dtype, picks, key, tuner):
+    """The fixed launch arguments (tile, warps, stages, a register cap) a call runs with, or None when
+    the autotuner must pick: ``config`` if given; else the interpreter's; else fp32's; else the pick kept
+    in ``picks`` for ``key``, None before the autotuner has picked. A kept pick also becomes
+    ``tuner().best_config``, as the autotuner's own call would make it: it says what the last call ran
+    (the bench's tiles column reads it). ``tuner`` returns the ``triton.autotune`` kernel."""
+    if config is not None:
+        return config
+    if runtime.INTERPRETER:
+        return interpreter_config
+    if dtype == torch.float32:
+        return fp32_config
     pick = picks.get(key)
     if pick is None:
         return None
-    tuner.best_config = pick
+    tuner().best_config = pick
     return pick.all_kwargs()
 
 
@@ -448,13 +456,8 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     descs = {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad])
              for name, t in (("q_desc", q), ("k_desc", k), ("v_desc", v), ("o_desc", o))}
     key = ("forward", seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, q.dtype)
-    if config is None and runtime.INTERPRETER:
-        config = INTERPRETER_CONFIG
-    elif config is None and q.dtype == torch.float32:
-        config = FP32_CONFIG
-    elif config is None:
-        config = remembered(_picks, key, _kernel())  # None at a key's first call: the autotuner picks
-    tuning = config is None
+    config = fixed_config(config, INTERPRETER_CONFIG, FP32_CONFIG, q.dtype, _picks, key, _kernel)
+    tuning = config is None  # a key's first call on a GPU: the autotuner picks
     if not tuning:
         kernel, config = _fast_forward_kernel, {"SUBTILES": 1, **config}
         _set_block_shapes({**descs, **config, "HEAD_DIM_PAD": head_dim_pad})
