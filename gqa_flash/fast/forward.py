@@ -125,16 +125,16 @@ def _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, start, end
 
 @triton.jit
 def _attend_pair(acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, start,
-                 end, qk_scale, SEQ_LEN, BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr,
-                 CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                 end, qk_scale, SEQ_LEN, BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED0: tl.constexpr,
+                 MASKED1: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """``_attend`` for two query sub-tiles that share each key tile (the software ping-pong):
     both score products are issued before either softmax, so the tensor cores can work on
-    one sub-tile while the exp2 units work on the other."""
+    one sub-tile while the exp2 units work on the other. Each sub-tile has its own mask switch."""
     for start_n in tl.range(start, end, BLOCK_N):
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-        s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
-        s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
+        s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, BLOCK_N, MASKED0, CAUSAL, INPUT_PRECISION)
+        s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, BLOCK_N, MASKED1, CAUSAL, INPUT_PRECISION)
         acc0, l0, m0 = _fold(acc0, l0, m0, s0, v, qk_scale, INPUT_PRECISION)
         acc1, l1, m1 = _fold(acc1, l1, m1, s1, v, qk_scale, INPUT_PRECISION)
     return acc0, l0, m0, acc1, l1, m1
@@ -146,7 +146,7 @@ def _fast_forward_kernel(
     sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr = True,
-    HEADS: tl.constexpr = 1,
+    HEADS: tl.constexpr = 1, DIAGONAL: tl.constexpr = 0,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
     tl.static_assert(HEADS == 1 or SUBTILES == 2, "HEADS=2 takes one query head a sub-tile: SUBTILES=2")
@@ -212,7 +212,7 @@ def _fast_forward_kernel(
         acc1, l1, m1 = _empty_state(SUB, HEAD_DIM_PAD)
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
             acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, 0, phase1_end,
-            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, INPUT_PRECISION)
+            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, False, CAUSAL, INPUT_PRECISION)
         if CAUSAL:
             # The diagonal: the first sub-tile sees no key past its own last row, so the
             # second sub-tile finishes the diagonal alone (with HEADS=2 there is nothing left:
@@ -221,13 +221,20 @@ def _fast_forward_kernel(
             pair_end = tl.minimum(q_start + SUB, SEQ_LEN)
         else:
             pair_end = phase2_end
+        # EXPERIMENT (DIAGONAL bit 1): under the causal mask with one head a program, sub-tile 1's rows
+        # all come after these keys, so only sub-tile 0 needs the mask here. (A key past SEQ_LEN, zero
+        # from the TMA, can only reach sub-tile 1 when all its rows are past SEQ_LEN: never stored.)
+        mask1: tl.constexpr = not (CAUSAL and HEADS == 1 and (DIAGONAL & 1) != 0)
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
             acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, phase1_end,
-            pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
+            pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, mask1, CAUSAL, INPUT_PRECISION)
+        if (DIAGONAL & 2) != 0:  # EXPERIMENT: sub-tile 0 is done: its store overlaps sub-tile 1's last keys
+            _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
         if HEADS == 1:  # a constexpr: with HEADS=2 this loop is not compiled at all
             acc1, l1, m1 = _attend(acc1, l1, m1, q1, k_desc, v_desc, batch, kv_head, pair_end, phase2_end, offs_m1,
                                    qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
-        _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
+        if (DIAGONAL & 2) == 0:
+            _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
         lse_base1 = lse_base + (HEADS - 1) * stride_lh
         _store(acc1, l1, m1, o_desc, lse_base1, batch, q_head1, row1, SEQ_LEN, SUB, HEAD_DIM_PAD)
 
