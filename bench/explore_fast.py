@@ -25,11 +25,13 @@ fit 2) with the dK/dV kernel's tile fixed.
 Writes OUT_DIR/explore_fast_<parts>.csv.
 
 Earlier runs also timed the forward with the blocks before the diagonal and
-the diagonal's in one loop (part merged, commit 239abec), a persistent grid (part persist,
-commit 66b133a), two tiles a program (part tiles2, commit b4ad365), lazy rescaling, a warp-specialized key loop, the
-TMA's bulk dQ add and the dK/dV pass launched head-major (part order, commit ad714a9), options since
-taken out of the kernels; their
-outcomes are in bench/RESULTS.md (lazy rescaling's numbers in
+the diagonal's in one loop (part merged, commit 239abec), a persistent grid
+(part persist, commit 66b133a), two tiles a program (part tiles2, commit
+b4ad365), the diagonal's variants (part diag, commit 9212611; the kept one is
+now the kernel's only path), lazy rescaling, a warp-specialized key loop, the
+TMA's bulk dQ add and the dK/dV pass launched head-major (part order, commit
+ad714a9), options since taken out of the kernels; their outcomes are in
+bench/RESULTS.md (lazy rescaling's numbers in
 notebooks/data/h200_fast_forward_subtiles_lazy_rescaling.csv).
 """
 
@@ -69,8 +71,6 @@ HEAD_PAIR_TILES = [(256, 64, 8, 3), (256, 64, 8, 2), (128, 64, 4, 3), (128, 64, 
 # Part regs: (BLOCK_M, BLOCK_N, warps, stages), each with these register caps (None: the compiler's own).
 # ptxas (sm_90, Triton 3.8, no spill at any cap here): the forward tile 178 registers uncapped; the dQ
 # tiles 132 (128 x 32), 170 (128 x 64) and 242 (128 x 128, 2 stages).
-# Part diag: the forward's picks (BLOCK_M, BLOCK_N, warps, stages, register cap), sub-tiled.
-DIAG_TILES = {64: [(128, 64, 4, 3, 168)], 128: [(128, 64, 4, 2, None), (256, 64, 8, 3, None)]}
 REG_FORWARD = {64: [((128, 64, 4, 3), (None, 168, 160)), ((128, 64, 4, 2), (None, 160))]}
 REG_DQ = {128: [((128, 32, 8, 3), (None, 128)), ((128, 32, 8, 2), (None, 128)), ((128, 64, 8, 3), (None,))]}
 REG_KV_FIXED = {128: dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=2, FLAT=True)}  # the usual pick
@@ -270,28 +270,13 @@ def main(out_dir, parts=("fwd", "bwd")):
             interleaved("regs_dq", d, n, steps, lambda out: max(rel(g, r) for g, r in zip(out, ref)), 5e-2,
                         flops)
 
-    def diag_case(d, n):
-        """The autotuner's sub-tiled picks with each DIAGONAL variant (bit 1: sub-tile 1 unmasked on the
-        pair's diagonal; bit 2: sub-tile 0 stored before sub-tile 1's last keys), interleaved."""
-        q, k, v, flops, ref, sdpa = forward_inputs(d, n)
-        steps = {"sdpa_default": sdpa}
-        for bm, bn, w, st, cap in DIAG_TILES[d]:
-            for diag in (0, 1, 2, 3):
-                cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=2, DIAGONAL=diag,
-                           **({"maxnreg": cap} if cap else {}))
-                steps[f"fast_{bm}x{bn}_w{w}_s{st}_sub2{f'_regs{cap}' if cap else ''}_diag{diag}"] = (
-                    lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg))
-        interleaved("diag", d, n, steps, lambda out: rel(out, ref), 2e-2, flops)
-
     # One function a case: its tensors are freed when it returns, before the next case allocates.
     for kind, case in (("fwd", forward_case), ("bwd", backward_case), ("bwd2", separate_case),
-                       ("flat", flat_case), ("split", split_case), ("heads", heads_case), ("regs", regs_case),
-                       ("diag", diag_case)):
+                       ("flat", flat_case), ("split", split_case), ("heads", heads_case), ("regs", regs_case)):
         for d in (64, 128) if kind in parts else ():
             if "d128" in parts and d != 128:  # `bwd2 d128`: head_dim 128 only
                 continue
             lengths = {"bwd2": (4096, 16384), "flat": (4096, 16384), "heads": (1024, 2048, 4096, 8192, 16384),
-                       "diag": (1024, 2048, 4096, 8192, 16384),
                        "regs": (1024, 4096, 16384)}
             for n in lengths.get(kind, (1024, 4096, 16384)):
                 case(d, n)
