@@ -36,19 +36,21 @@ def main(path, lengths=(4096, 8192)):
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (32, 8, 8))
             sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # noqa: E731
             ref = sdpa().float()
-            steps = {"sdpa_default": sdpa, "autotuned": lambda: fast_forward.fast_attention_forward(q, k, v, causal=True)}
+            steps = {"sdpa_default": sdpa,
+                     "autotuned": lambda: fast_forward.fast_attention_forward(q, k, v, causal=True)}
             for bm, bn, w, st, sub in TILES:
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=sub)
                 steps[f"{bm}x{bn}_w{w}_s{st}_sub{sub}"] = (
                     lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg))
             errors = {name: ((fn().float() - ref).norm() / ref.norm()).item() for name, fn in steps.items()}
             pick = fast_forward._kernel().best_config  # the autotuner has picked during the check above
+            picked = f"autotuned ({pick.kwargs}, w{pick.num_warps} s{pick.num_stages})"
             times, failed = interleaved_times({name: fn for name, fn in steps.items() if errors[name] < 2e-2},
                                               ROUNDS, bench)
             base = median(times["sdpa_default"])
             for name in steps:
                 ms = median(times.get(name, []))
-                label = f"autotuned ({pick.kwargs}, w{pick.num_warps} s{pick.num_stages})" if name == "autotuned" else name
+                label = picked if name == "autotuned" else name
                 writer.writerow([d, n, label, round(ms, 4), round(base / ms, 3), f"{errors[name]:.1e}",
                                  ";".join(f"{t:.4f}" for t in times.get(name, []))])
                 print(f"d={d} n={n} {label:60s} {ms:.4f} ms x{base / ms:.3f} err {errors[name]:.1e}", flush=True)
