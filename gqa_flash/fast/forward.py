@@ -41,10 +41,14 @@ the changes that the performance notebook measures one by one:
    Triton's instruction order. On the diagonal, the first half stops at its
    own last row (BLOCK_M / 2 keys early) and the second finishes alone; only
    the first half is masked on the steps they share (the second's rows all
-   come after those keys), and the first half is stored as soon as it stops,
-   so that its store overlaps the second's last keys. Measured on the H200
+   come after those keys), and the first half is stored as soon as it stops.
+   Measured on the H200, the two together
    (``notebooks/data/h200_fast_forward_diagonal.csv``): +1 to +4% on the
    256 x 64 tile at N = 1k-8k, -0.8% at 16k; within the noise elsewhere.
+   The early store was meant to overlap the second half's last keys, but
+   the compiled code waits for the TMA's store at once (Triton 3.8's TTGIR:
+   ``async_tma_store_wait`` right after the copy), so it does not; what it
+   buys on its own is within the noise of that run.
 5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
    which the graded kernel's masked loads make too costly, next to plain ones,
    and at head dims up to 64 a 128 x 64 capped at 168 registers a thread, so
@@ -233,8 +237,8 @@ def _fast_forward_kernel(
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
             acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, phase1_end,
             pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, MASK1, CAUSAL, INPUT_PRECISION)
-        # Sub-tile 0 has seen all its keys: stored now, its store (the TMA's, asynchronous) overlaps
-        # sub-tile 1's last keys instead of waiting for the end.
+        # Sub-tile 0 has seen all its keys: stored now (item 4 of the docstring: measured with the mask
+        # change above; the compiled code waits for this store before going on).
         _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
         if HEADS == 1:  # a constexpr: with HEADS=2 this loop is not compiled at all
             acc1, l1, m1 = _attend(acc1, l1, m1, q1, k_desc, v_desc, batch, kv_head, pair_end, phase2_end, offs_m1,
