@@ -38,7 +38,11 @@ the changes that the performance notebook measures one by one:
    so while the exp2 units work through one half's scores the tensor cores
    can already work on the other's: the overlap that FlashAttention-3's
    ping-pong scheduling arranges by hand, here left to the hardware and to
-   Triton's instruction order. On the diagonal, the first half stops at its
+   Triton's instruction order. (What the compiled loop does, read in its
+   SASS: Triton waits for each score product before going on, but the
+   assembler moves half 0's row maximum and scaling under half 1's score
+   product, and half 1's exponentials run under half 0's P V product;
+   bench/RESULTS.md, Open.) On the diagonal, the first half stops at its
    own last row (BLOCK_M / 2 keys early) and the second finishes alone; only
    the first half is masked on the steps they share (the second's rows all
    come after those keys), and the first half is stored as soon as it stops.
