@@ -39,7 +39,7 @@ the changes that the performance notebook measures one by one:
    can already work on the other's: the overlap that FlashAttention-3's
    ping-pong scheduling arranges by hand, here left to the hardware and to
    Triton's instruction order. (What the compiled loop does, read in its
-   SASS: Triton waits for each score product before going on, but the
+   SASS (local Triton 3.8): Triton waits for each score product first, but the
    assembler moves half 0's row maximum and scaling under half 1's score
    product, and half 1's exponentials run under half 0's P V product;
    bench/RESULTS.md, Open.) On the diagonal, the first half stops at its
