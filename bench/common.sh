@@ -67,6 +67,13 @@ FAILED=0
     if commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null); then
         git -C "$REPO" diff --quiet HEAD 2>/dev/null || commit="$commit, with uncommitted changes"
         echo "commit $commit"
+        # The tree of the files as they are here, whatever git's own metadata says (a copy of a checkout
+        # can carry a stale HEAD): equal to `git rev-parse COMMIT^{tree}` for the commit this tree is.
+        index=$(mktemp) && GIT_INDEX_FILE=$index git -C "$REPO" read-tree HEAD 2>/dev/null \
+            && GIT_INDEX_FILE=$index git -C "$REPO" add -A . 2>/dev/null \
+            && echo "tree $(GIT_INDEX_FILE=$index git -C "$REPO" write-tree 2>/dev/null || echo unknown)" \
+            || echo "tree unknown"
+        rm -f "$index"
     else
         echo "commit unknown (not a git checkout)"
     fi
