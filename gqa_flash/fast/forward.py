@@ -48,11 +48,12 @@ the changes that the performance notebook measures one by one:
    come after those keys), and the first half is stored as soon as it stops.
    Measured on the H200, the two together
    (``notebooks/data/h200_fast_forward_diagonal.csv``): +1 to +4% on the
-   256 x 64 tile at N = 1k-8k, -0.8% at 16k; within the noise elsewhere.
-   The early store was meant to overlap the second half's last keys, but
-   the compiled code waits for the TMA's store at once (Triton 3.8's TTGIR:
-   ``async_tma_store_wait`` right after the copy), so it does not; what it
-   buys on its own is within the noise of that run.
+   256 x 64 tile at N = 1k-8k (the autotuner's pick from 4k), -0.8% at 16k;
+   -1 to +2% on the 128-row tiles. The early store was meant to overlap the
+   second half's last keys, but the compiled code waits for the TMA's store
+   at once (``async_tma_store_wait`` right after the copy in local Triton
+   3.8's TTGIR; the H200 runs 3.6), so it does not; alone it measured -0.7
+   to +2.4% on the 256 x 64 tile, for a reason not known.
 5. Autotuned tiles: the sub-tiled 256 x 64 (8 warps) and 128 x 64 (4 warps),
    which the graded kernel's masked loads make too costly, next to plain ones,
    and at head dims up to 64 a 128 x 64 capped at 168 registers a thread, so
