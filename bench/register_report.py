@@ -10,6 +10,11 @@ runs the ptxas that ships with Triton (``-v``) on the PTX and prints, per tile: 
 bytes spilled, and shared memory. A spilling tile keeps part of its state in local memory (L1, then
 L2): where dK and dV, fp32 and a row per key, fill the registers, that is the first suspect.
 
+Since 2026-12-04 (night) each compile carries the divisibility hints a launch at the measured shapes
+gives (``launch_hints``). Earlier numbers in bench/RESULTS.md were compiled without them; against these
+they differ by a few registers, by nothing for the tiles the autotuners pick, and at most by 36 bytes of
+spill (the dK/dV pass's 64 x 128 on 8 warps, 3 stages, one loop a head, at head_dim 128).
+
 The numbers are the local Triton's and ptxas's (the lent H200 runs Triton 3.6; a newer Triton may
 allocate differently), and only the compiler's view: a tile that spills can still be the fastest.
 """
@@ -65,6 +70,15 @@ def forward_signature(config, head_dim, dtype):
     return {**sig, **{name: "constexpr" for name in constexprs}}, constexprs
 
 
+def launch_hints(kernel, sig):
+    """What a launch tells the compiler about its arguments at the shapes measured (N a multiple of 16,
+    tensors from torch): every pointer 16-byte aligned and every integer argument a multiple of 16.
+    Without these, loads and stores through pointers compile element by element instead of in
+    16-byte vectors, and their registers differ from what runs."""
+    return {(kernel.arg_names.index(name),): [["tt.divisibility", 16]]
+            for name, kind in sig.items() if kind.startswith("*") or kind == "i32"}
+
+
 def report(kernel_name, config, head_dim, dtype):
     bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
     flat = config.kwargs.get("FLAT", False)
@@ -76,7 +90,8 @@ def report(kernel_name, config, head_dim, dtype):
         sig, constexprs = signature(kernel_name, bm, bn, head_dim, dtype)
         if kernel_name == "dkdv":  # one loop for the KV group, or one a query head
             constexprs["FLAT"], sig["FLAT"] = flat, "constexpr"
-    compiled = triton.compile(ASTSource(kernel, sig, constexprs), target=GPUTarget("cuda", 90, 32),
+    compiled = triton.compile(ASTSource(kernel, sig, constexprs, launch_hints(kernel, sig)),
+                              target=GPUTarget("cuda", 90, 32),
                               options=dict(num_warps=config.num_warps, num_stages=config.num_stages,
                                            maxnreg=config.maxnreg))
     with tempfile.TemporaryDirectory() as tmp:
