@@ -12,7 +12,7 @@ L2): where dK and dV, fp32 and a row per key, fill the registers, that is the fi
 
 Since 2026-12-04 (night) each compile carries the divisibility hints a launch at the measured shapes
 gives (``launch_hints``). Earlier numbers in bench/RESULTS.md were compiled without them; against these
-they differ by a few registers, by nothing for the tiles the autotuners pick, and at most by 36 bytes of
+they differ by at most 5 registers a tile (no spill appears or goes for any pick) and at most by 36 bytes of
 spill (the dK/dV pass's 64 x 128 on 8 warps, 3 stages, one loop a head, at head_dim 128).
 
 The numbers are the local Triton's and ptxas's (the lent H200 runs Triton 3.6; a newer Triton may
