@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 from gqa_flash.fast import forward as fast_forward
-from gqa_flash.lab.bench import interleaved_times, median
+from gqa_flash.lab.bench import interleaved_times, median, tile_text
 
 TILES = [(256, 64, 8, 3, 2), (128, 64, 4, 2, 2), (128, 64, 4, 3, 2), (64, 64, 4, 3, 1), (128, 64, 8, 3, 1)]
 ROUNDS = 5
@@ -50,8 +50,7 @@ def main(path, lengths=(4096, 8192)):
                 except Exception as e:
                     print(f"d={d} n={n} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
                     errors[name] = float("nan")
-            pick = fast_forward._kernel().best_config  # the autotuner has picked during the check above
-            picked = f"autotuned ({pick.kwargs}, w{pick.num_warps} s{pick.num_stages})"
+            picked = f"autotuned ({tile_text(fast_forward._kernel())})"  # it picked during the check above
             times, failed = interleaved_times({name: fn for name, fn in steps.items() if errors[name] < 2e-2},
                                               ROUNDS, bench)
             base = median(times["sdpa_default"])
