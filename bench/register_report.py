@@ -12,8 +12,8 @@ L2): where dK and dV, fp32 and a row per key, fill the registers, that is the fi
 
 Since 2026-12-04 (night) each compile carries the divisibility hints a launch at the measured shapes
 gives (``launch_hints``). Earlier numbers in bench/RESULTS.md were compiled without them; against these
-they differ by at most 5 registers a tile (no spill appears or goes for any pick) and at most by 36 bytes of
-spill (the dK/dV pass's 64 x 128 on 8 warps, 3 stages, one loop a head, at head_dim 128).
+they differ by at most 5 registers a tile (no spill appears or goes for any pick) and at most by 24 bytes of
+spill (the register-capped 128 x 64 with two heads at head_dim 128, a tile ``fits()`` excludes there).
 
 The numbers are the local Triton's and ptxas's (the lent H200 runs Triton 3.6; a newer Triton may
 allocate differently), and only the compiler's view: a tile that spills can still be the fastest.
@@ -72,11 +72,13 @@ def forward_signature(config, head_dim, dtype):
 
 def launch_hints(kernel, sig):
     """What a launch tells the compiler about its arguments at the shapes measured (N a multiple of 16,
-    tensors from torch): every pointer 16-byte aligned and every integer argument a multiple of 16.
-    Without these, loads and stores through pointers compile element by element instead of in
-    16-byte vectors, and their registers differ from what runs."""
-    return {(kernel.arg_names.index(name),): [["tt.divisibility", 16]]
-            for name, kind in sig.items() if kind.startswith("*") or kind == "i32"}
+    tensors from torch): every pointer 16-byte aligned, and every length and stride a multiple of 16.
+    Not the head counts and the batch (8 KV heads, one 16k sequence: no multiple of 16; the backward
+    does not specialise them at all, ``_HEAD_COUNTS``). Without these hints, loads and stores through
+    pointers compile element by element instead of in 16-byte vectors, and their registers differ
+    from what runs."""
+    return {(kernel.arg_names.index(name),): [["tt.divisibility", 16]] for name, kind in sig.items()
+            if kind.startswith("*") or (kind == "i32" and name not in fast_backward._HEAD_COUNTS)}
 
 
 def report(kernel_name, config, head_dim, dtype):
