@@ -210,23 +210,15 @@ def main(out_dir, parts=("fwd", "bwd")):
     def interleaved(kind, d, n, steps, error, tol, flops):
         """Check every step (``error`` of its output), then time the right ones in 3 interleaved rounds;
         the first step is the ratios' base."""
-        from gqa_flash.lab.bench import interleaved_times, median
+        from gqa_flash.lab.bench import checked_interleaved_times, median
 
-        base_name, errors = next(iter(steps)), {}
-        for name, fn in list(steps.items()):  # checked first (and compiled, and autotuned)
-            try:
-                errors[name] = error(fn())
-            except Exception as e:  # out of shared memory, a compiler crash: reported, the run goes on
-                print(f"{kind} d={d} n={n} {name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                errors[name] = float("nan")
-            if not errors[name] < tol:
-                del steps[name]
-        times, failed = interleaved_times(steps, 3, bench)
-        base = median(times.get(base_name, []))
+        say = lambda text: print(f"{kind} d={d} n={n} {text}", flush=True)  # noqa: E731
+        times, failed, errors = checked_interleaved_times(steps, error, tol, 3, bench, say)
+        base = median(times.get(next(iter(steps)), []))
         for name, err in errors.items():
             record(kind, name, d, n, median(times.get(name, [])), flops, base, err)
         for name, why in failed.items():
-            print(f"{kind} d={d} n={n} {name}: {why}", flush=True)
+            say(f"{name}: {why}")
 
     def heads_case(d, n):
         """Each sub-tiled tile with one query head a program and with two (HEADS=2), interleaved."""

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 from gqa_flash.fast import forward as fast_forward
-from gqa_flash.lab.bench import interleaved_times, median, tile_text
+from gqa_flash.lab.bench import checked_interleaved_times, median, tile_text
 
 TILES = [(256, 64, 8, 3, 2), (128, 64, 4, 2, 2), (128, 64, 4, 3, 2), (64, 64, 4, 3, 1), (128, 64, 8, 3, 1)]
 ROUNDS = 5
@@ -43,16 +43,10 @@ def main(path, lengths=(4096, 8192)):
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st, SUBTILES=sub)
                 steps[f"{bm}x{bn}_w{w}_s{st}_sub{sub}"] = (
                     lambda cfg=cfg: fast_forward.fast_attention_forward(q, k, v, causal=True, config=cfg))
-            errors = {}
-            for name, fn in steps.items():  # a tile that fails (out of shared memory, say) is reported, not timed
-                try:
-                    errors[name] = ((fn().float() - ref).norm() / ref.norm()).item()
-                except Exception as e:
-                    print(f"d={d} n={n} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-                    errors[name] = float("nan")
+            say = lambda text: print(f"d={d} n={n} {text}", flush=True)  # noqa: E731
+            times, failed, errors = checked_interleaved_times(
+                steps, lambda out: ((out.float() - ref).norm() / ref.norm()).item(), 2e-2, ROUNDS, bench, say)
             picked = f"autotuned ({tile_text(fast_forward._kernel())})"  # it picked during the check above
-            times, failed = interleaved_times({name: fn for name, fn in steps.items() if errors[name] < 2e-2},
-                                              ROUNDS, bench)
             base = median(times["sdpa_default"])
             for name in steps:
                 ms = median(times.get(name, []))
@@ -61,7 +55,7 @@ def main(path, lengths=(4096, 8192)):
                                  ";".join(f"{t:.4f}" for t in times.get(name, []))])
                 print(f"d={d} n={n} {label:60s} {ms:.4f} ms x{base / ms:.3f} err {errors[name]:.1e}", flush=True)
             for name, why in failed.items():
-                print(f"d={d} n={n} {name}: {why}", flush=True)
+                say(f"{name}: {why}")
 
 
 if __name__ == "__main__":

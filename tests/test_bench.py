@@ -108,6 +108,21 @@ def test_a_provider_that_raises_while_timed_is_reported_and_the_others_go_on():
     assert attempts == ["good", "bad", "bad", "good", "good"]  # once it raised, never timed again
 
 
+def test_only_steps_that_ran_and_matched_are_timed():
+    """The device probes check every step first: one that raises is reported, one whose output is wrong
+    is left out, and neither is timed, so a broken tile cannot win a probe."""
+    def fails():
+        raise RuntimeError("out of resources: shared memory")
+
+    said = []
+    times, failed, errors = bench.checked_interleaved_times(
+        {"right": lambda: 0.001, "wrong": lambda: 0.5, "raises": fails}, error=abs, tol=0.01, rounds=2,
+        time_one=lambda fn: 1.0, say=said.append)
+    assert times == {"right": [1.0, 1.0]} and failed == {}
+    assert errors["right"] == 0.001 and errors["wrong"] == 0.5 and errors["raises"] != errors["raises"]  # NaN
+    assert said == ["raises: RuntimeError: out of resources: shared memory"]
+
+
 def test_the_tiles_column_names_what_the_autotuner_picked():
     triton = pytest.importorskip("triton")
     tuner = types.SimpleNamespace(best_config=triton.Config(dict(BLOCK_M=32, BLOCK_N=128, FLAT=True),

@@ -337,3 +337,16 @@ def test_fast_forward_candidates_at_a_shape(head_dim_pad, seq_len, expected):
     tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.kwargs["SUBTILES"], c.maxnreg)
              for c in kept}
     assert tiles == expected
+
+
+def test_fast_forward_candidates_follow_the_devices_shared_memory(monkeypatch):
+    """On a GPU whose programs may hold 99 KiB of shared memory (an RTX 4090's, not the H200's 227), only
+    the tiles whose Q rows and K/V stages fit are candidates: the autotuner asks the device, not a constant."""
+    from gqa_flash.fast import forward
+
+    assert forward.shared_memory() == forward.SHARED_MEMORY, "the interpreter has no device to ask"
+    monkeypatch.setattr(forward, "shared_memory", lambda device_index=None: 101_376)
+    kept = forward._prune(forward.CONFIGS, {"SEQ_LEN": 4096}, HEAD_DIM_PAD=128)
+    tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.kwargs["SUBTILES"], c.maxnreg)
+             for c in kept}
+    assert tiles == {(128, 64, 4, 2, 2, None), (64, 32, 4, 2, 1, None)}

@@ -90,6 +90,8 @@ A warp-specialized key loop (``tl.range(..., warp_specialize=True)``) was
 measured and removed: bench/RESULTS.md.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -312,15 +314,26 @@ CAPPED_UP_TO = 64  # head_dim_pad
 SHARED_MEMORY = 232_448  # bytes of shared memory a program may hold on sm_90 (an H100 or H200)
 
 
-def fits(config, head_dim_pad) -> bool:
-    """Whether ``config`` can run at ``head_dim_pad`` (2-byte inputs): past 64 a register cap spills, and
-    its Q rows and ``num_stages`` K and V tiles must fit in shared memory. That estimate matches the
-    H200 at head_dim 256 (h200_gpu_tests_fast_configs_final.log): 128 x 64 with 2 stages (192 KiB) and
-    64 x 64 with 3 (224 KiB) run there, 128 x 64 with 3 stages (256 KiB) does not compile."""
+@functools.lru_cache(maxsize=None)
+def shared_memory(device_index=None) -> int:
+    """Bytes of shared memory a program may hold on CUDA device ``device_index`` (the current one when
+    None), as the driver reports it; ``SHARED_MEMORY`` where kernels run in the interpreter."""
+    if runtime.INTERPRETER:
+        return SHARED_MEMORY
+    index = torch.cuda.current_device() if device_index is None else device_index
+    return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+
+
+def fits(config, head_dim_pad, shared_bytes=SHARED_MEMORY) -> bool:
+    """Whether ``config`` can run at ``head_dim_pad`` (2-byte inputs) on a GPU whose programs may hold
+    ``shared_bytes`` of shared memory: past 64 a register cap spills, and its Q rows and ``num_stages``
+    K and V tiles must fit in shared memory. That estimate matches the H200 at head_dim 256
+    (h200_gpu_tests_fast_configs_final.log): 128 x 64 with 2 stages (192 KiB) and 64 x 64 with 3
+    (224 KiB) run there, 128 x 64 with 3 stages (256 KiB) does not compile."""
     if config.maxnreg is not None and head_dim_pad > CAPPED_UP_TO:
         return False
     rows = config.kwargs["BLOCK_M"] + 2 * config.num_stages * config.kwargs["BLOCK_N"]
-    return rows * head_dim_pad * 2 <= SHARED_MEMORY
+    return rows * head_dim_pad * 2 <= shared_bytes
 
 
 # Below this length the 256-row tiles are not candidates. Measured at fixed tiles (ratio to cuDNN):
@@ -348,7 +361,7 @@ def _prune(configs, named_args, **kwargs):
     h200_fast_forward_two_tiles.log rows tiles1), yet the autotuner's own timing picked the twin at 8k in
     two sweeps (0.997 and 0.993 of cuDNN). Prediction 23."""
     args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
-    kept = [c for c in configs if fits(c, args["HEAD_DIM_PAD"])
+    kept = [c for c in configs if fits(c, args["HEAD_DIM_PAD"], shared_memory())
             and (c.kwargs["BLOCK_M"] < 256 or args["SEQ_LEN"] >= LONG_TILES_FROM)]
     if args["HEAD_DIM_PAD"] == CAPPED_UP_TO:  # where the cap was measured (below 64 it buys no third program)
         capped = {_tile(c) for c in kept if c.maxnreg is not None}

@@ -317,6 +317,22 @@ def interleaved_times(steps: dict, rounds=ROUNDS, time_one=None) -> tuple[dict, 
     return times, errors
 
 
+def checked_interleaved_times(steps: dict, error, tol, rounds=ROUNDS, time_one=None, say=print):
+    """Run every step of ``steps`` once and measure ``error(output)`` (which also compiles and autotunes it),
+    then time those under ``tol`` with ``interleaved_times``. A step that raises (out of shared memory, a
+    compiler crash) is reported through ``say`` and not timed. Returns (times, errors while timed,
+    name -> error of its output, NaN where it raised)."""
+    errors = {}
+    for name, fn in steps.items():
+        try:
+            errors[name] = error(fn())
+        except Exception as e:
+            say(f"{name}: {type(e).__name__}: {str(e)[:300]}")
+            errors[name] = math.nan
+    times, failed = interleaved_times({name: fn for name, fn in steps.items() if errors[name] < tol}, rounds, time_one)
+    return times, failed, errors
+
+
 def median(values) -> float:
     return statistics.median(values) if values else math.nan
 

@@ -117,7 +117,8 @@ def test_every_fast_config_on_gpu(index, seed):
     for case in FAST_CASES:
         b, hq, hkv, n, d, dtype, causal = case
         head_dim_pad = max(16, triton.next_power_of_2(d))
-        if not fast_forward.fits(c, head_dim_pad) or (config.get("HEADS", 1) == 2 and (hq // hkv) % 2):
+        pairs_odd_group = config.get("HEADS", 1) == 2 and (hq // hkv) % 2
+        if not fast_forward.fits(c, head_dim_pad, fast_forward.shared_memory()) or pairs_odd_group:
             continue
         q, k, v = random_qkv(b, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda")
         try:
