@@ -401,8 +401,9 @@ md(r"""
 ## Where the time goes
 
 Two passes, but which one is slow? One profile of the fast backward (<<split_file>>: each kernel's time
-on the GPU over 20 calls, from `torch.profiler`) splits every call into its three kernels: $D$, the dK/dV
-pass and the dQ pass. Below, each bar is one call, in units of SDPA's whole backward on the same inputs.
+on the GPU over 20 calls, from `torch.profiler`) splits every call into the three kernels it had then: $D$,
+the dK/dV pass and the dQ pass (the fast backward has since folded $D$ into its dQ pass, which holds $dO$
+already: two kernels). Below, each bar is one call, in units of SDPA's whole backward on the same inputs.
 
 The dK/dV pass is <<kv_share>>% of the kernels' time. Count each pass's own work and the difference is
 plain: from N = 4k the dQ pass runs at <<dq_rate>> TFLOP/s (three matrix products a tile), the dK/dV pass
@@ -451,8 +452,8 @@ plt.show()
 """),
 md(r"""
 The black tick is the whole call timed on its own (`do_bench`, the cache flushed before each call), the
-bar the profile's kernels back to back; the two methods agree within <<split_gap>>%. The gray sliver, $D$,
-is one small kernel. The blue is the larger part and the slower one per product: a dK/dV pass that holds
+bar the profile's kernels back to back; the two methods agree to within about <<split_gap>>%. The gray sliver, $D$,
+was one small kernel. The blue is the larger part and the slower one per product: a dK/dV pass that holds
 fewer numbers at once is where the most time is to win.
 """),
 ]

@@ -287,9 +287,9 @@ uses neither Hopper's asynchronous warpgroup matrix instructions (`wgmma`) nor i
 Accelerator (TMA, section 5), and here it stays at <<fa2>>× of cuDNN. FlashAttention-3 (Shah et al.,
 2024) is the Hopper design: `wgmma` and TMA, warp specialisation (producer warps that only load,
 consumer warps that only compute) and ping-pong scheduling (two warpgroups take turns, so that one's
-softmax runs while the other's matrix products do). Its paper reports about 615–650 TFLOP/s for the
-16-bit forward pass at head_dim 128 and 16k tokens (the lower figure with the causal mask), published
-on an H100 SXM5 and not measured here: FlashAttention-3 is not among this notebook's providers.
+softmax runs while the other's matrix products do). Its paper's forward-speed figures (arXiv:2407.08608)
+show about 615–650 TFLOP/s for the 16-bit forward pass at head_dim 128 and 16k tokens (the lower figure
+with the causal mask), measured on an H100 SXM5 and not here: FlashAttention-3 is not among this notebook's providers.
 `sdpa_default`, the 1.00 of every ratio, is PyTorch's cuDNN backend, which PyTorch picks on this GPU:
 it calls the fused attention kernels of NVIDIA's cuDNN library, whose source is not public, so they can
 be timed but not read; in this sweep it ran at <<sdpa128>> TFLOP/s at head_dim 128, N = 16k. The fast
@@ -315,7 +315,8 @@ Do not credit the launch order for the difference: at the main shape it changed 
 <<order_bytes>>× and the time by under 1% (section 2). Without the causal mask it reaches <<noncausal>>×: there is no diagonal to skip, and cuDNN's
 lead on full tiles shows. head_dim 96 is padded to 128 inside the kernels (cuDNN itself reaches only
 <<sdpa_d96>> TFLOP/s there). At head_dim 256 the largest tiles, the 256×64 sub-tiled one among them,
-do not fit in shared memory (the kernel's `fits()` leaves them out), and the kernel stays at <<d256>>×.
+do not fit in shared memory (the autotuner could not compile them; `fits()` now leaves them out
+beforehand), and the kernel stays at <<d256>>×.
 
 ## 4. Memory: O(N) against O(N²)
 """))
@@ -403,7 +404,8 @@ kernel's launcher hands a short list of candidates to `triton.autotune` on a GPU
 6. **Two query sub-tiles a program** (a software "ping-pong"): each program owns two halves of its query
    rows that share every K/V tile. Both halves' score products are issued before either softmax, so the
    tensor cores work on one half while the exponential units work on the other. On the causal diagonal
-   the first half stops at its own last row and the second finishes alone (the picture, left).
+   the first half stops at its own last row and the second finishes alone (the picture, left). On the
+   diagonal steps the halves share, only the first needs the mask: the second's rows all come later.
 """))
 cells.append(code(r"""
 from gqa_flash.lab import kernel_viz
@@ -514,7 +516,8 @@ loses <<ws_sub_loss>>% at the sixth.
 **Lazy rescaling** (keep the running maximum until it grows by more than $2^8$, so most tiles skip
 `acc *= alpha`) was *slower* everywhere (<<file:lazy_rescaling>>): by <<lazy_plain>>% on plain tiles
 and <<lazy_sub>>% on split ones. The skipped multiply is cheap, and the branch around the accumulator
-stops Triton from pipelining the loop. It is not in the kernel. `bench/RESULTS.md` discusses every
+probably keeps Triton from pipelining the loop (a reading of the code, not checked in the compiled
+kernel). It is not in the kernel. `bench/RESULTS.md` discusses every
 measurement, with the prediction written down before it where there was one.
 
 ## 6. A live run

@@ -166,7 +166,7 @@ launched.
 
 **Launch order.** A launch is a list of programs, here one per (query head, query block). The GPU
 starts them in the order of their program ids, as many as fit at once, and starts the next one as soon
-as one finishes. So at any moment the running programs are a *window* of neighbours in that list. The
+as one finishes (what GPUs are seen to do; CUDA does not promise it). So at any moment the running programs are a *window* of neighbours in that list. The
 kernel decides what an id means (the fast kernel decodes `tl.program_id(0)` into a query head and a
 query block) and so it chooses the order. Two orders of the fast kernel were measured:
 
@@ -189,8 +189,8 @@ hundred programs wide. In `group_major` order it holds the heaviest query blocks
 from key 0 up to its diagonal. The 4 query heads of a KV head read the very same tiles, and so does
 every query block of each of them. A read that finds its tile in the L2 cache (50 MB on the H200, in two
 halves of 25 MB) costs no DRAM traffic. In `group_major` order the window reads all of $K$ and $V$:
-<<kv_all128>> MB at head_dim 128 (<<kv_all64>> MB at 64), more than L2 holds, so a tile can be
-evicted before the next block's programs come back to it. In `head_major` order the window reads one
+<<kv_all128>> MB at head_dim 128, more than all of L2, and <<kv_all64>> MB at 64, which fits in L2 but
+not in one of its 25 MB halves, so a tile can be evicted before the next block's programs come back to it. In `head_major` order the window reads one
 KV head's $K$ and $V$: <<kv_one128>> MB at head_dim 128, which stays in L2 from the first program that
 reads it to the last.
 
@@ -245,7 +245,8 @@ What the measurement says (<<file>>):
 * **The KV-group-major order was meant to help, and did not at this shape.** It is the fast kernel's
   order (`gqa_flash/fast/forward.py`, item 2 of its docstring). It was chosen so that the 4 query heads
   of a KV group, which read the same $K$/$V$ tiles, run side by side. They do. But the window of running
-  programs then spans all 8 KV heads, whose $K$ and $V$ do not fit in L2. In head-major order the window
+  programs then spans all 8 KV heads, whose $K$ and $V$ do not fit in L2 at head_dim 128, nor in one of
+  its halves at 64. In head-major order the window
   reads one KV head, which does fit. The fast kernel still launches in its order, as fast as the
   other: what the order buys it is heaviest-first, which both orders share.
 

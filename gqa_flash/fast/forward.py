@@ -26,7 +26,7 @@ the changes that the performance notebook measures one by one:
    graded kernel's order (every query tile of one head, then the next head,
    ``group_major=False``), whose running programs all share one KV head that
    fits in L2 while this order's span every KV head. Both ran in the same
-   time (within 1%): 650 MB in 4.2 ms is a twentieth of the bandwidth, so the
+   time (within 1%): 650 MB in 4.2 ms is under a twentieth of the bandwidth, so the
    kernel is bound by its arithmetic either way.
 3. One fused multiply-add per score. ``p = exp2(s * qk_scale - m)`` folds the
    scale into the subtraction the online softmax needs anyway, and

@@ -74,15 +74,16 @@ def plot_pingpong(block_m=32, block_n=8, q_block=1):
     n_keys = q0 + block_m
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.6), gridspec_kw=dict(width_ratios=[1, 1.1]))
     # Left: one program's rows (two halves) against the key tiles it walks, numbered in loop order:
-    # a number shared by both halves is one K/V tile load used twice.
+    # a number shared by both halves is one K/V tile load used twice. On the first half's diagonal only
+    # the first half needs the mask: every row of the second half comes after those keys.
     for step, k0 in enumerate(range(0, n_keys, block_n), start=1):
         for h in (0, 1):
             rows0 = q0 + h * half
             if k0 > rows0 + half - 1:
                 color = SKIPPED  # every key of this tile is in this half's future
-            elif k0 + block_n - 1 < q0:
-                color = VISITED
-            elif k0 < q0 + half:
+            elif k0 + block_n - 1 < rows0:
+                color = VISITED  # every key of this tile is in this half's past
+            elif h == 0:
                 color = MASKED
             else:
                 color = ALONE
@@ -98,9 +99,9 @@ def plot_pingpong(block_m=32, block_n=8, q_block=1):
     a.set_xlabel("keys")
     a.set_title(f"one program: query rows {q0}-{q0 + block_m - 1} as two halves, key tiles of {block_n}",
                 fontsize=10)
-    a.legend(handles=[Patch(color=VISITED, label="both halves, no mask"),
-                      Patch(color=MASKED, label="both halves, masked"),
-                      Patch(color=ALONE, label="second half alone"),
+    a.legend(handles=[Patch(color=VISITED, label="no mask"),
+                      Patch(color=MASKED, label="first half, masked"),
+                      Patch(color=ALONE, label="second half alone, masked"),
                       Patch(color=SKIPPED, label="skipped")],
              loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, fontsize=8, frameon=False)
     # Right: an idealised timeline of one key tile's work for both halves, on the two kinds of units.
