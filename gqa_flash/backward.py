@@ -25,10 +25,11 @@ K and V tiles are loaded once for the whole group. (The alternative, one
 program per query head with atomic adds into dK and dV, makes the result
 depend on the order of the additions and costs a read-modify-write each.)
 
-Three kernels:
-    _backward_preprocess   D = rowsum(dO * O)                    grid (query blocks, B * Hq)
-    _backward_dkdv         dK, dV for one key block of a KV head grid (key blocks,   B * Hkv)
-    _backward_dq           dQ for one query block of a query head grid (query blocks, B * Hq)
+Three kernels, each on a grid of three axes (blocks, heads, batch), so that
+program_id(1) is the head and program_id(2) the batch:
+    _backward_preprocess   D = rowsum(dO * O)                    grid (query blocks, Hq,  B)
+    _backward_dkdv         dK, dV for one key block of a KV head grid (key blocks,   Hkv, B)
+    _backward_dq           dQ for one query block of a query head grid (query blocks, Hq,  B)
 
 All three work in the log2 domain like the forward: qk_scale = sm_scale *
 log2(e), and the LSE (natural log) is turned into log2 units once.
@@ -51,9 +52,8 @@ def _backward_preprocess(
 ):
     """Delta[b, h, i] = sum_d O[b, h, i, d] * dO[b, h, i, d], in fp32. Delta is [B, Hq, N], contiguous."""
     q_block_idx = tl.program_id(0)
-    batch_head_idx = tl.program_id(1)
-    batch_idx = (batch_head_idx // N_Q_HEADS).to(tl.int64)
-    head_idx = (batch_head_idx % N_Q_HEADS).to(tl.int64)
+    head_idx = tl.program_id(1).to(tl.int64)
+    batch_idx = tl.program_id(2).to(tl.int64)
     offs_m = q_block_idx * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     mask = (offs_m[:, None] < SEQ_LEN) & (offs_d[None, :] < HEAD_DIM)
@@ -71,7 +71,7 @@ def _backward_preprocess(
     # Hint: O and dO may be fp16 or bf16; accumulate in fp32.
     delta = tl.zeros([BLOCK_M], dtype=tl.float32)  # Placeholder
     # --- END OF STUDENT IMPLEMENTATION ---
-    tl.store(Delta + batch_head_idx.to(tl.int64) * SEQ_LEN + offs_m, delta, mask=offs_m < SEQ_LEN)
+    tl.store(Delta + (batch_idx * N_Q_HEADS + head_idx) * SEQ_LEN + offs_m, delta, mask=offs_m < SEQ_LEN)
 
 
 @triton.jit
@@ -90,9 +90,8 @@ def _backward_dkdv(
     LSE and Delta are [B, Hq, N] fp32, contiguous; DK and DV are [B, Hkv, N, D], contiguous.
     """
     n_block_idx = tl.program_id(0)
-    batch_kv_idx = tl.program_id(1)
-    batch_idx = (batch_kv_idx // N_KV_HEADS).to(tl.int64)
-    kv_head_idx = batch_kv_idx % N_KV_HEADS
+    kv_head_idx = tl.program_id(1)
+    batch_idx = tl.program_id(2).to(tl.int64)
     group_size = N_Q_HEADS // N_KV_HEADS
 
     offs_n = n_block_idx * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -152,7 +151,7 @@ def _backward_dkdv(
             # --- END OF STUDENT IMPLEMENTATION ---
 
     dk *= sm_scale  # S = Q K^T * sm_scale, so dK picks up the scale once
-    out_offs = (batch_kv_idx.to(tl.int64) * SEQ_LEN + offs_n[:, None]) * HEAD_DIM + offs_d[None, :]
+    out_offs = ((batch_idx * N_KV_HEADS + kv_head_idx) * SEQ_LEN + offs_n[:, None]) * HEAD_DIM + offs_d[None, :]
     tl.store(DK + out_offs, dk.to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=kv_mask)
 
@@ -170,9 +169,8 @@ def _backward_dq(
 ):
     """dQ of one block of BLOCK_M queries of one query head. DQ is [B, Hq, N, D], contiguous."""
     q_block_idx = tl.program_id(0)
-    batch_head_idx = tl.program_id(1)
-    batch_idx = (batch_head_idx // N_Q_HEADS).to(tl.int64)
-    q_head_idx = batch_head_idx % N_Q_HEADS
+    q_head_idx = tl.program_id(1)
+    batch_idx = tl.program_id(2).to(tl.int64)
     kv_head_idx = q_head_idx // (N_Q_HEADS // N_KV_HEADS)
 
     offs_m = q_block_idx * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -184,7 +182,7 @@ def _backward_dq(
                 + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd, mask=q_mask, other=0.0)
     do = tl.load(DO + batch_idx * stride_dob + q_head_idx.to(tl.int64) * stride_doh
                  + offs_m[:, None] * stride_don + offs_d[None, :] * stride_dod, mask=q_mask, other=0.0)
-    bh = batch_head_idx.to(tl.int64)
+    bh = batch_idx * N_Q_HEADS + q_head_idx  # row of LSE and Delta
     lse2 = tl.load(LSE + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0) * 1.4426950408889634
     delta = tl.load(Delta + bh * SEQ_LEN + offs_m, mask=m_ok, other=0.0)
     k_base = K + batch_idx * stride_kb + kv_head_idx.to(tl.int64) * stride_kh
@@ -258,25 +256,26 @@ def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
         sm_scale = head_dim ** -0.5
     lse = lse.float().contiguous()
     delta = torch.empty_like(lse)
-    dq = torch.empty((batch, n_q_heads, seq_len, head_dim), dtype=q.dtype, device=q.device)
-    dk = torch.empty((batch, n_kv_heads, seq_len, head_dim), dtype=k.dtype, device=k.device)
-    dv = torch.empty((batch, n_kv_heads, seq_len, head_dim), dtype=v.dtype, device=v.device)
+    # NaN in the interpreter until the kernels write them (runtime.empty_output), uninitialised on a GPU
+    dq = runtime.empty_output((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
+    dk = runtime.empty_output((batch, n_kv_heads, seq_len, head_dim), k.dtype, k.device)
+    dv = runtime.empty_output((batch, n_kv_heads, seq_len, head_dim), v.dtype, v.device)
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     consts = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad)
 
     block_m = INTERPRETER_CONFIG["BLOCK_M"] if runtime.INTERPRETER else PREPROCESS_BLOCK_M
-    _backward_preprocess[(triton.cdiv(seq_len, block_m), batch * n_q_heads)](
+    _backward_preprocess[(triton.cdiv(seq_len, block_m), n_q_heads, batch)](
         o, do, delta, *o.stride(), *do.stride(), seq_len, n_q_heads, BLOCK_M=block_m, **consts,
     )
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     dkdv, cfg = _kernel(_backward_dkdv)
-    dkdv[lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]), batch * n_kv_heads)](
+    dkdv[lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]), n_kv_heads, batch)](
         q, k, v, do, lse, delta, dk, dv, *strides, sm_scale, seq_len, n_q_heads, n_kv_heads,
         CAUSAL=causal, INPUT_PRECISION=precision, **consts, **cfg,
     )
     dq_kernel, cfg = _kernel(_backward_dq)
-    dq_kernel[lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * n_q_heads)](
+    dq_kernel[lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), n_q_heads, batch)](
         q, k, v, do, lse, delta, dq, *strides, sm_scale, seq_len, n_q_heads, n_kv_heads,
         CAUSAL=causal, INPUT_PRECISION=precision, **consts, **cfg,
     )

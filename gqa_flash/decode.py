@@ -491,8 +491,9 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
     # and waits on the GPU for its writes, instead of after it on the host's queue.
     pdl = bool(config.pop("pdl", False)) and pdl_supported(q.device)
     direct = num_splits == 1
-    o = torch.empty((batch, n_q_heads, n_q, head_dim), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, n_q_heads, n_q), dtype=torch.float32, device=q.device)
+    # NaN in the interpreter until the kernels write them (runtime.empty_output), uninitialised on a GPU
+    o = runtime.empty_output((batch, n_q_heads, n_q, head_dim), q.dtype, q.device)
+    lse = runtime.empty_output((batch, n_q_heads, n_q), torch.float32, q.device)
     if direct:  # one split needs no partial states: any fp32 tensor stands in for them
         acc = l_part = m_part = lse
     else:  # [B, Hq, Nq, splits(, D)] fp32

@@ -320,8 +320,9 @@ def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=Fals
     n_kv_heads = k.shape[1]
     if sm_scale is None:
         sm_scale = head_dim ** -0.5
-    o = torch.empty((batch, n_q_heads, seq_len, head_dim), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
+    # NaN in the interpreter until the kernel writes them (runtime.empty_output), uninitialised on a GPU
+    o = runtime.empty_output((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
+    lse = runtime.empty_output((batch, n_q_heads, seq_len), torch.float32, q.device)
 
     if runtime.INTERPRETER or not q.is_cuda:
         kernel, config = _flash_attention_forward_gqa_kernel, config or INTERPRETER_CONFIG

@@ -72,6 +72,17 @@ def supported_dtypes() -> tuple[torch.dtype, ...]:
     return (torch.float16, torch.float32)
 
 
+def empty_output(shape, dtype, device) -> torch.Tensor:
+    """A tensor for a kernel to write its output into.
+
+    In the interpreter it starts as NaN, so an entry the kernel never writes (a stub's placeholder, a
+    missing store) reads NaN, the same in every run, instead of whatever the memory held. On a GPU it
+    is left uninitialised, as ``torch.empty`` leaves it: a fill would cost a pass over memory."""
+    if INTERPRETER or torch.device(device).type != "cuda":
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 @dataclass(frozen=True)
 class RuntimeInfo:
     device: str

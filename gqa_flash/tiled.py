@@ -45,8 +45,9 @@ def tiled_attention(q, k, v, causal=True, sm_scale=None, block_m=64, block_n=64,
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
     q32, k32, v32 = q.float(), k.float(), v.float()
-    out = torch.empty(batch, n_q_heads, seq_len, head_dim, device=q.device)
-    lse = torch.empty(batch, n_q_heads, seq_len, device=q.device)
+    # NaN until written: a row your tile walk never reaches shows up as NaN, not as stale memory
+    out = torch.full((batch, n_q_heads, seq_len, head_dim), float("nan"), device=q.device)
+    lse = torch.full((batch, n_q_heads, seq_len), float("nan"), device=q.device)
 
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 1) ---
     # The GQA head mapping, as in naive.py: give k32 and v32 one head per

@@ -64,6 +64,19 @@ def test_the_leak_check_finds_a_planted_line():
     assert any("notebooks/x.ipynb: forward.py Part 4" in f for f in found), found
 
 
+def test_a_graded_line_another_stub_hands_out_is_a_leak(tmp_path):
+    """A stub's given code is exempt only for its own file's solution lines: the bonus backward once
+    decoded its program ids with forward.py Part 1's very lines, which a student could read there."""
+    forward_part1 = release.solution_lines((SOLUTIONS / "forward.py").read_text())["1"]
+    line = next(x for x in forward_part1 if "%" in x)  # the batch/head decode, not the group size's definition
+    for source in SOLUTIONS.glob("*.py"):
+        (tmp_path / source.name).write_text(source.read_text())
+    backward = tmp_path / "backward.py"  # given code (outside every region) that repeats the line
+    backward.write_text(backward.read_text() + f"\n\ndef _decode(batch_head_idx, N_Q_HEADS):\n    {line}\n")
+    found = edition.leaks({"gqa_flash/backward.py": release.student_text(backward).encode()}, tmp_path)
+    assert any("gqa_flash/backward.py: forward.py Part 1" in f for f in found), found
+
+
 def test_the_edition_holds_what_a_student_needs_and_no_instructor_file(student_edition):
     dest, files = student_edition
     for name in ("README.md", "Makefile", "course.mk", ".ci/run", "pyproject.toml", "environment.yml",

@@ -44,7 +44,7 @@ from gqa_flash.lab.checks.decode_parts import (
     check_decode_group_tile, check_decode_merge, check_decode_pages, check_decode_split,
 )
 from gqa_flash.lab.checks.kernel import (
-    KERNEL_BUGS, ErrorMap, check_forward, forward_error_map, kernel_config, simulated_error_map,
+    KERNEL_BUGS, ErrorMap, check_forward, forward_error_map, kernel_config, simulated_error_map, why_not_run_forward,
 )
 from gqa_flash.lab.checks.kernel_parts import check_epilogue, check_mask_scores, check_online_softmax_update
 from gqa_flash.lab.checks.kernel_walk import check_key_loop, check_load_tile, check_program_ids
@@ -97,6 +97,7 @@ __all__ = [
     "check_mask_scores",
     "check_epilogue",
     "check_forward",
+    "why_not_run_forward",
     "check_delta",
     "check_dkdv",
     "check_gqa_sum",

@@ -264,7 +264,7 @@ def check_delta():
     q, k, v, do, o, lse = _inputs(case)
     delta = torch.full(lse.shape, float("nan"), device=lse.device)
     block_m = 32 if runtime.INTERPRETER else 64
-    grid = (triton.cdiv(q.shape[2], block_m), q.shape[0] * q.shape[1])
+    grid = (triton.cdiv(q.shape[2], block_m), q.shape[1], q.shape[0])  # (query blocks, heads, batch)
     run_student("backward", lambda: bwd._backward_preprocess[grid](
         o, do, delta, *o.stride(), *do.stride(), q.shape[2], q.shape[1],
         HEAD_DIM=q.shape[-1], HEAD_DIM_PAD=max(16, triton.next_power_of_2(q.shape[-1])), BLOCK_M=block_m), part=1)

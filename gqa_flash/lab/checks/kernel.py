@@ -130,10 +130,9 @@ def forward_error_map() -> ErrorMap:
     cfg = kernel_config()
     empty = ErrorMap(None, None, [kv_of(h, case) for h in range(case.n_q_heads)], [None] * case.n_q_heads,
                      cfg["BLOCK_M"], cfg["BLOCK_N"], case.seq_len, case.causal, tol(case.dtype)["atol"])
-    # Only the address parts' checks: the error map needs no verdict of the others.
-    unsafe = _unsafe_part({part: PART_CHECKS[part - 1].verdict() for part in _ADDRESS_PARTS})
-    if unsafe is not None:
-        empty.message = _not_run(unsafe)
+    reason = why_not_run_forward()
+    if reason is not None:
+        empty.message = reason
         return empty
     try:
         fwd = load("forward")
@@ -205,6 +204,14 @@ _ADDRESS_PARTS = (1, 2, 6)
 def _unsafe_part(verdicts_by_part: dict):
     """The first failing verdict among the address parts, or None. ``verdicts_by_part``: {part number: verdict}."""
     return next((verdicts_by_part[p] for p in _ADDRESS_PARTS if not verdicts_by_part[p].ok), None)
+
+
+def why_not_run_forward():
+    """Why your whole kernel must not run yet (a part that computes addresses fails its own check), or None.
+
+    Only those parts' checks run, not the kernel: call this before any cell that runs the kernel."""
+    unsafe = _unsafe_part({part: PART_CHECKS[part - 1].verdict() for part in _ADDRESS_PARTS})
+    return None if unsafe is None else _not_run(unsafe)
 
 
 def _not_run(verdict) -> str:
