@@ -1,78 +1,23 @@
 """Notebook 03: the check of tiled.py, FlashAttention's tile walk in PyTorch (Parts 1-5).
 
 One check runs tiled_attention on five cases that each isolate a part and
-compares O and the LSE with the float64 reference. A wrong answer is replayed
-against the usual bugs of the walk (:func:`tiled64`, the same walk in float64
-with one bug switched on), and the first bug that gives the same wrong answer
-names the part to look at. A right answer must also be cheap: the causal walk
-must skip the key tiles past the diagonal, which :class:`gqa_flash.testing.ScoreProducts`
-checks by counting the scores computed (as the graded test does). Notebook
-04's error-map gallery replays the kernel's bugs with :func:`tiled64` too.
+compares O and the LSE with the float64 reference. A wrong answer is compared
+with what each usual bug of the walk returns on the same case (stored answers:
+replays.py), and the first bug that gives the same wrong answer names the part
+to look at. A right answer must also be cheap: the causal walk must skip the key
+tiles past the diagonal, which :class:`gqa_flash.testing.ScoreProducts` checks
+by counting the scores computed (as the graded test does).
 """
 
 import torch
 
 from gqa_flash import api, testing
-from gqa_flash.lab.checks.cases import LOG2E, Case, kv_index, where_attention
+from gqa_flash.lab.checks import replays
+from gqa_flash.lab.checks.cases import Case, where_attention
 from gqa_flash.lab.checks.verdict import (
     Stop, Verdict, fail, first_cause, fmt, load, prints_verdict, run_student, shape_problem, tol, what,
 )
 from gqa_flash.reference import reference_attention
-
-
-def tiled64(q, k, v, causal, sm_scale, block_m, block_n, bug=None):
-    """FlashAttention's tile walk (as in tiled.py) in float64, with at most one known bug.
-
-    Returns (O, LSE) in float64. ``bug`` names the mistake; see _TILED_MISTAKES and _TILED_LSE_MISTAKES.
-    """
-    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
-    batch, n_q_heads, n, d = q.shape
-    idx = kv_index(n_q_heads, k.shape[1], "mod" if bug == "kv_mod" else "div")
-    k, v = k[:, idx], v[:, idx]
-    out = torch.zeros(batch, n_q_heads, n, d, dtype=torch.float64)
-    lse = torch.zeros(batch, n_q_heads, n, dtype=torch.float64)
-    for q_start in range(0, n, block_m):
-        q_end = min(q_start + block_m, n)
-        q_idx = torch.arange(q_start, q_end)
-        m_i = torch.full((batch, n_q_heads, q_end - q_start), float("-inf"), dtype=torch.float64)
-        l_i = m_i.new_zeros(m_i.shape)
-        acc = torch.zeros(batch, n_q_heads, q_end - q_start, d, dtype=torch.float64)
-        key_stop = q_end if causal else n
-        if bug == "skip_diagonal" and causal:
-            key_stop = q_start
-        elif bug == "causal_end_always":
-            key_stop = q_end
-        elif bug == "visit_all":
-            key_stop = n
-        for key_lo in range(0, key_stop, block_n):
-            key_hi = min(key_lo + block_n, key_stop)
-            k_idx = torch.arange(key_lo, key_hi)
-            s = (q[:, :, q_start:q_end] @ k[:, :, key_lo:key_hi].transpose(-1, -2)) * sm_scale
-            if causal and bug != "mask_none" and k_idx[-1] > q_idx[0]:  # only tiles crossing the diagonal
-                if bug == "mask_diag":
-                    hide = k_idx[None, :] >= q_idx[:, None]
-                elif bug == "mask_past":
-                    hide = k_idx[None, :] < q_idx[:, None]
-                else:
-                    hide = k_idx[None, :] > q_idx[:, None]
-                s = s.masked_fill(hide, float("-inf"))
-            m_new = s.amax(dim=-1) if bug == "tile_max" else torch.maximum(m_i, s.amax(dim=-1))
-            alpha = torch.exp(m_new - m_i) if bug == "alpha_inverted" else torch.exp(m_i - m_new)
-            p = torch.exp(s - m_new[..., None])
-            l_i = (l_i if bug in ("no_rescale_l", "no_rescale") else alpha * l_i) + p.sum(dim=-1)
-            acc = (acc if bug in ("no_rescale_acc", "no_rescale") else alpha[..., None] * acc)
-            acc = acc + p @ v[:, :, key_lo:key_hi]
-            if bug != "m_not_updated":
-                m_i = m_new
-        out[:, :, q_start:q_end] = acc if bug == "no_normalise" else acc / l_i[..., None]
-        lse_rows = {
-            "lse_m": m_i,
-            "lse_log_l": torch.log(l_i),
-            "lse_log2": (m_i + torch.log(l_i)) * LOG2E,
-            "lse_log2_l": m_i + torch.log2(l_i),
-        }.get(bug, m_i + torch.log(l_i))
-        lse[:, :, q_start:q_end] = lse_rows
-    return out, lse
 
 
 _TILED_CASES = [
@@ -89,7 +34,7 @@ _TILED_CASES = [
 _WORK_CASE = Case("causal, length 50, head_dim 24", 2, n_q_heads=2, n_kv_heads=1, seq_len=50, head_dim=24,
                   block_m=16, block_n=8, seed=5)
 
-# (part, the bug of tiled64 that replays the mistake, what to tell the student).
+# (part, the mistake's name in replays.pt (tools/make_check_replays.py), what to tell the student).
 # Each says what is wrong, in words: the fix is yours to write.
 _TILED_MISTAKES = [
     (1, "kv_mod", "query heads are dealt to the KV heads in turn (a remainder); a group of consecutive "
@@ -131,23 +76,18 @@ def _check_answers(case: Case):
     shape = shape_problem(out, ref.shape) or shape_problem(lse, ref_lse.shape, "the LSE")
     if shape:
         raise Stop(fail("tiled", 5, shape, where=f"case \"{case.name}\""))
-    sim = {}
-
-    def simulated(bug):
-        if bug not in sim:
-            sim[bug] = tiled64(q, k, v, case.causal, case.scale, case.block_m, case.block_n, bug)
-        return sim[bug]
+    stored = replays.replays("tiled", case.name, q, k, v)  # the mistakes' answers on this case
 
     problem = testing.mismatch("O", out, ref, **tol(case.dtype))
     if problem is not None:
-        found = first_cause(out, [((p, t), (lambda b=b: simulated(b)[0])) for p, b, t in _TILED_MISTAKES],
+        found = first_cause(out, [((p, t), stored[b]) for p, b, t in _TILED_MISTAKES if b in stored],
                             **tol(case.dtype))
         part, cause = found if found else (case.part, None)
         raise Stop(fail("tiled", part, "O does not match the float64 reference",
                         where=where_attention(problem, case, with_tile=True), cause=cause))
     problem = testing.mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
     if problem is not None:
-        found = first_cause(lse, [((p, t), (lambda b=b: simulated(b)[1])) for p, b, t in _TILED_LSE_MISTAKES],
+        found = first_cause(lse, [((p, t), stored[b]) for p, b, t in _TILED_LSE_MISTAKES if b in stored],
                             **testing.LSE_TOLERANCE)
         part, cause = found if found else (5, None)
         b, h, i = problem.index
