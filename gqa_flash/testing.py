@@ -169,13 +169,18 @@ class Mismatch:
     wrong: int
     total: int
     labels: tuple = ("batch", "head", "row", "col")
+    all_nan: bool = False  # every entry NaN: on the CPU, an output nothing was written to
 
     def __str__(self) -> str:
         where = ", ".join(f"{name} {i}" for name, i in zip(self.labels, self.index))
-        return (
+        text = (
             f"{self.what}: first wrong at {where}: got {self.got:.6g}, expected {self.expected:.6g} "
             f"({self.wrong} of {self.total} entries wrong, max |error| {self.max_error:.3g})"
         )
+        if self.all_nan:
+            text += ("; every entry is NaN: was anything written? (in the interpreter outputs start as NaN, "
+                     "so a placeholder left in place, or a store that never runs, shows this way)")
+        return text
 
 
 def mismatch(what, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col")):
@@ -207,6 +212,7 @@ def mismatch(what, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col
         wrong=int(bad.sum()),
         total=bad.numel(),
         labels=labels,
+        all_nan=bool(torch.isnan(got).all()),
     )
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gqa_flash import impl, layout
-from gqa_flash.grader import grade, gradescope, release, sandbox, submission
+from gqa_flash.grader import grade, gradescope, release, sandbox, submission, testrun
 from gqa_flash.grader.testrun import Limits
 
 COURSE = layout.COURSE_DIR
@@ -425,6 +425,35 @@ def test_a_batch_writes_a_row_as_each_finishes_and_resumes(tmp_path, capsys):
     assert grade.main([*args[:3], str(more), *args[3:]]) == 0
     assert "skipping 3 submission(s) already in" in capsys.readouterr().err
     assert len(list(csv.DictReader(book.open()))) == 4
+
+
+def test_a_submission_the_grader_cannot_grade_is_an_error_not_a_zero(tmp_path, monkeypatch, capsys):
+    """A grader failure is no grade: the row says ERROR, the command fails, and a run again grades it."""
+    subs = [folder(tmp_path, "good", {"naive.py": solution("naive.py")}),
+            folder(tmp_path, "unlucky", {"naive.py": solution("naive.py")})]
+    book = tmp_path / "grades.csv"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    args = [*map(str, subs), "--only", "naive", "--csv", str(book), "--jobs", "1", "--workdir", "work"]  # relative
+    real = testrun.run_tests
+
+    def flaky(course, files, workdir, *rest):
+        if b"unlucky" in files.get("naive.py", b"") or "unlucky" in str(workdir):
+            raise OSError("disk full")
+        return real(course, files, workdir, *rest)
+
+    subs[1].joinpath("naive.py").write_text(solution("naive.py") + "\n# unlucky\n")
+    monkeypatch.setattr(testrun, "run_tests", flaky)
+    assert grade.main(args) == 1
+    assert "1 submission(s) could not be graded" in capsys.readouterr().err
+    rows = {Path(r["submission"]).name: r["score"] for r in csv.DictReader(book.open())}
+    assert rows == {"good": "20", "unlucky": "ERROR"}
+    monkeypatch.setattr(testrun, "run_tests", real)
+    assert grade.main(args) == 0
+    rows = [(Path(r["submission"]).name, r["score"]) for r in csv.DictReader(book.open())]
+    assert sorted(rows) == [("good", "20"), ("unlucky", "20")], rows
+    assert grade.main([str(tmp_path / "no-such-folder"), "--only", "naive"]) == 2
+    assert "no such submission" in capsys.readouterr().err
 
 
 # --- the Gradescope bundle ----------------------------------------------------------------------

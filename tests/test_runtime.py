@@ -91,3 +91,18 @@ def test_decode_launches_the_merge_early_only_where_the_gpu_can(monkeypatch, int
     if decode.gdc_wait is None:  # an older Triton: never
         expected = False
     assert decode.pdl_supported(torch.device(device)) is expected
+
+
+def test_an_output_nothing_was_written_to_reads_nan_and_the_verdict_says_so():
+    """Outputs start as NaN in the interpreter (a stub's failures then read alike, not as stale memory),
+    and a comparison with every entry NaN asks whether anything was written."""
+    import torch
+
+    from gqa_flash import runtime, testing
+
+    out = runtime.empty_output((1, 2, 3), torch.float16, "cpu")
+    assert out.dtype == torch.float16 and bool(torch.isnan(out).all())
+    problem = testing.mismatch("O", out, torch.zeros(1, 2, 3), atol=1e-3, rtol=1e-3)
+    assert "every entry is NaN: was anything written?" in str(problem)
+    out[0, 0, 0] = 0.0  # one entry written: no longer "nothing written"
+    assert "every entry is NaN" not in str(testing.mismatch("O", out, torch.zeros(1, 2, 3), atol=1e-3, rtol=1e-3))

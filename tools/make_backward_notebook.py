@@ -158,7 +158,8 @@ with them, side by side with PyTorch's attention.
 | 3 | the GQA sum: a KV head's gradient adds up its whole group of query heads | `backward.py`, `_backward_dkdv` |
 | 4 | $dQ$ for one block of queries | `backward.py`, `_backward_dq` |
 
-This is a bonus (20 points beyond the 100). It needs a working `forward.py`.
+This is a bonus (20 points beyond the 100). Its graded tests start from the reference's $O$ and LSE, so
+they score your backward alone; the training at the end needs a working `forward.py` too.
 """),
 code(r"""
 import matplotlib.pyplot as plt

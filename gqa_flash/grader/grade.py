@@ -59,6 +59,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # the graded files it submitted
     seconds: float = 0.0
+    # Set when no grade could be given (the grader failed, or no test reported a result): such a
+    # submission is not a 0, it is for a person to look at, and a batch run again grades it again.
+    error: str | None = None
 
     @property
     def score(self) -> float:
@@ -83,6 +86,8 @@ class Report:
     def summary(self) -> str:
         """A few lines for the top of Gradescope's results: the total, each part, the notes."""
         lines = [f"gqa-flash: {_num(self.score)} / {_num(self.max_score)} points"]
+        if self.error is not None:
+            lines = [f"gqa-flash: not graded ({self.error}); ask the course staff to look at this submission"]
         for tests in self.parts().values():
             got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
             lines.append(f"  {_part_name(tests[0])}: {_num(got)} / {_num(worth)}  {_verdict(tests)}")
@@ -129,9 +134,12 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
         report.tests = run.tests
         report.notes.extend(run.notes)
     except Exception as e:  # a bug of the grader's own must not stop a batch
-        report.notes.append(f"the grader failed on this submission: {type(e).__name__}: {e}")
+        report.error = f"the grader failed on this submission: {type(e).__name__}: {e}"
+        report.notes.append(report.error)
     finally:
         sandbox.remove(scratch)
+    if report.error is None and not report.tests:
+        report.error = "no test reported a result" + (f" ({report.notes[-1]})" if report.notes else "")
     report.seconds = time.monotonic() - start
     return report
 
@@ -167,6 +175,8 @@ def table(report: Report) -> str:
 class GradeBook:
     """The CSV of a batch: one row per submission, flushed as each is graded; it knows who is done."""
 
+    ERROR = "ERROR"  # the score of a submission that could not be graded
+
     def __init__(self, path: Path, parts: list[str], hidden: bool):
         self.path = Path(path)
         self.parts = parts
@@ -179,7 +189,13 @@ class GradeBook:
                 if reader.fieldnames != self.columns:
                     raise SystemExit(f"{self.path} has columns {reader.fieldnames}, not {self.columns}: "
                                      "use another --csv file")
-                self.done = {row["submission"] for row in reader}
+                rows = list(reader)
+            self.done = {row["submission"] for row in rows if row["score"] != self.ERROR}
+            if any(row["score"] == self.ERROR for row in rows):  # ungraded rows go: graded again below
+                with open(self.path, "w", newline="") as f:
+                    writer = csv.DictWriter(f, self.columns)
+                    writer.writeheader()
+                    writer.writerows(row for row in rows if row["score"] != self.ERROR)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "w", newline="") as f:
@@ -188,6 +204,8 @@ class GradeBook:
     def add(self, report: Report) -> None:
         row = {"submission": report.submission, "score": _num(report.score), "max_score": _num(report.max_score),
                "seconds": f"{report.seconds:.0f}", "notes": " | ".join(report.notes)[:1000]}
+        if report.error is not None:
+            row["score"] = self.ERROR
         for part in self.parts:
             row[part] = _num(report.part_score(part)[0])
         if "hidden" in self.columns:
@@ -322,6 +340,12 @@ def _main(argv: list[str] | None) -> int:
     if args.workdir is not None and not args.workdir.is_dir():
         print(f"grade: --workdir {args.workdir} is not a folder", file=sys.stderr)
         return 2
+    if args.workdir is not None:
+        args.workdir = args.workdir.resolve()  # the tests run in a copy elsewhere: a relative path would miss
+    missing = [str(s) for s in args.submissions if not Path(s).exists()]
+    if missing:
+        print(f"grade: no such submission: {', '.join(missing)}", file=sys.stderr)
+        return 2
     only = set(args.only.split(",")) if args.only else None
     limits = Limits(submission_s=args.timeout, timeout_cap_s=args.test_timeout_cap, strikes=args.strikes)
     try:
@@ -345,6 +369,9 @@ def _main(argv: list[str] | None) -> int:
             _write_json(out, report)
         if args.csv:
             GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)).add(report)
+        if report.error is not None:
+            print(f"grade: not graded: {report.error}", file=sys.stderr)
+            return 1
         return 0
 
     book = GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)) if args.csv else None
@@ -365,10 +392,16 @@ def _main(argv: list[str] | None) -> int:
             progress.done(f"{_num(report.score):>6} / {_num(report.max_score)}  {report.submission}{flag}")
 
     try:
-        grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done,
-                    workdir=args.workdir)
+        reports = grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done,
+                              workdir=args.workdir)
     finally:
         progress.close()
+    errors = [r for r in reports if r.error is not None]
+    if errors:
+        print(f"grade: {len(errors)} submission(s) could not be graded (score {GradeBook.ERROR} in the CSV; "
+              f"run the same command again to retry them): {', '.join(r.submission for r in errors)}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -164,8 +164,9 @@ def _check_code(name: str, content: bytes) -> list[str]:
     """Syntax errors and unusual imports, found without running anything."""
     try:
         tree = ast.parse(content, filename=name)
-    except SyntaxError as e:
-        return [f"{name}, line {e.lineno}: SyntaxError: {e.msg}; none of its tests can pass"]
+    except SyntaxError as e:  # a NUL byte is one too, with no line on some Pythons
+        where = f", line {e.lineno}" if e.lineno is not None else ""
+        return [f"{name}{where}: SyntaxError: {e.msg}; none of its tests can pass"]
     except ValueError as e:  # null bytes, bad encoding
         return [f"{name} cannot be read as Python source ({e}); none of its tests can pass"]
     unusual, calls = set(), set()

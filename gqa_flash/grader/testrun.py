@@ -322,7 +322,7 @@ def _death(returncode: int | None) -> str:
         sig = -returncode
         return f"the test process crashed during this test: {_exit_status(returncode)}, {what.get(sig, 'a signal')}"
     return (f"the test process exited during this test ({_exit_status(returncode)}): "
-            f"does the submission call os._exit, sys.exit or quit?")
+            f"does the submission call os._exit, sys.exit or quit, or raise KeyboardInterrupt?")
 
 
 def _tail(path: Path, chars: int = LOG_TAIL) -> str:

@@ -1,33 +1,36 @@
 """Bonus: backward.py, the backward kernels with GQA (20 bonus points, beyond the 100).
 
-Gradients of sum(O * dO) through gqa_flash.flash_attention (the forward kernel
-plus the backward kernels) against float64 autograd of the reference. Needs a
-working forward.py too.
+Gradients of sum(O * dO) from gqa_flash.flash_attention_backward (the backward
+kernels) against float64 autograd of the reference. O and the LSE they start from
+come from the float64 reference, not from your forward.py: a wrong forward costs
+the forward's points, not these too.
 """
 
 import pytest
 import torch
 
 import gqa_flash
-from gqa_flash.reference import reference_gradients
+from gqa_flash.reference import reference_attention, reference_gradients
 from gqa_flash.testing import GRAD_TOLERANCE, gradient_error, random_qkv
 
 
 
 def check(seed, causal=True, dtype=torch.float32, **shape):
-    q, k, v = (t.requires_grad_(True) for t in random_qkv(dtype=dtype, seed=seed, **shape))
+    q, k, v = random_qkv(dtype=dtype, seed=seed, **shape)
     gen = torch.Generator().manual_seed(seed + 1)
     do = torch.randn(q.shape, generator=gen).to(device=q.device, dtype=dtype)
-    gqa_flash.flash_attention(q, k, v, causal=causal).backward(do)
+    o, lse = reference_attention(q, k, v, causal=causal)
+    grads = gqa_flash.flash_attention_backward(q, k, v, o.to(device=q.device, dtype=dtype),
+                                               lse.to(device=q.device, dtype=torch.float32), do, causal=causal)
     ref = reference_gradients(q, k, v, do, causal=causal)
     ctx = f"seed {seed}, shape {list(q.shape)} with {k.shape[1]} KV heads, causal={causal}, {str(dtype)[6:]}"
-    for name, t, r in zip(("dQ", "dK", "dV"), (q, k, v), ref):
-        assert t.grad is not None and t.grad.shape == t.shape, f"{name} missing or of the wrong shape; {ctx}"
-        err, bound = gradient_error(t.grad, r, dtype)
+    for name, g, t, r in zip(("dQ", "dK", "dV"), grads, (q, k, v), ref):
+        assert isinstance(g, torch.Tensor) and g.shape == t.shape, f"{name} missing or of the wrong shape; {ctx}"
+        err, bound = gradient_error(g, r, dtype)
         scale = max(r.norm().item(), 1e-12)
         assert err <= bound, (
             f"{name}: relative error {err / scale:.2e} (tolerance {GRAD_TOLERANCE[dtype]:.0e}); "
-            f"first wrong at {_first_wrong(t.grad, r, dtype)}; {ctx}"
+            f"first wrong at {_first_wrong(g, r, dtype)}; {ctx}"
         )
 
 
