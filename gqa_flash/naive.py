@@ -39,8 +39,7 @@ def naive_attention(q, k, v, causal=True, sm_scale=None):
     # Give k32 and v32 one head per *query* head, so that head h of the
     # result is the KV head that query head h reads:
     #   k32, v32: [B, Hkv, N, D] -> [B, Hq, N, D]
-    # Hint: build the index of the KV head for every query head, then index
-    # dimension 1 (or use torch.repeat_interleave). Not `h % n_kv_heads`!
+    # Hint: tensors can be indexed by a tensor of indices, one per query head.
     raise NotImplementedError("Part 1 of naive.py is not implemented yet")
     # --- END OF STUDENT IMPLEMENTATION ---
 

@@ -72,11 +72,13 @@ def online_softmax(x, block_size):
     l = torch.zeros(x32.shape[:-1], device=x.device)
 
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
-    # Pass 1: for each block x32[..., start:start + block_size] (the last one
-    # may be shorter), take its state with block_state and fold it into the
-    # running (m, l) with merge_states.
-    # Pass 2: the softmax itself, exp(x32 - m) / l, with m and l broadcast
-    # over the last dimension.
+    # Two passes over the row. The first reads it block_size columns at a
+    # time (the last block may be shorter) and keeps only the row's running
+    # state: (m, l) above start as the state of nothing read yet, and must
+    # end as the state of the whole row. The second turns that state into
+    # probabilities, `probs`, the shape of x32, in float32.
+    # Invariant: the answer does not depend on block_size.
+    # Hint: Parts 1 and 2 are the two operations the first pass needs.
     raise NotImplementedError("Part 3 of online_softmax.py is not implemented yet")
     # --- END OF STUDENT IMPLEMENTATION ---
     return probs.to(x.dtype)
