@@ -80,8 +80,8 @@ def online_softmax(x, block_size):
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
     # Two passes over the row. The first reads it block_size columns at a
     # time (the last block may be shorter) and keeps only the row's running
-    # state: (m, l) above start as the state of nothing read yet, and must
-    # end as the state of the whole row. The second turns that state into
+    # state (m, l): set above to the state of an empty row, it must end as
+    # the state of the whole row. The second turns that state into the
     # probabilities, `probs`, the shape of x32, in float32.
     # Invariant: the answer does not depend on block_size.
     # Hint: Parts 1 and 2 are the two operations the first pass needs.

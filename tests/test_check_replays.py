@@ -2,9 +2,9 @@
 name a failure's likely cause without shipping a working copy of the exercise.
 
 They must be what tools/make_check_replays.py writes now (a changed case or mistake needs the file
-rewritten), they must be usable on this machine (the inputs they were made from are the ones the checks
-make here), the model they come from must be right when no mistake is switched on, and with them the
-check of tiled.py must name the part of every classic tiled.py bug of tests/mutants/catalog.py.
+rewritten), every case must have its inputs and answers stored, the model they come from must be right
+when no mistake is switched on, and with them the check of tiled.py must name the right cause of every
+classic tiled.py bug of tests/mutants/catalog.py.
 """
 
 import importlib.util
@@ -31,26 +31,35 @@ def _tool():
 
 
 def test_the_stored_answers_are_what_the_tool_writes():
-    stored, fresh = torch.load(replays.PATH, weights_only=True), _tool().all_answers()
-    assert stored.keys() == fresh.keys()
-    for check in fresh:
-        assert stored[check].keys() == fresh[check].keys(), f"{check}: cases changed: run tools/make_check_replays.py"
-        for case, entry in fresh[check].items():
+    """The stored inputs are the cases' (within an fp16 rounding: another CPU's torch.randn draws other
+    last bits), and the stored answers are the tool's on those inputs: a case or a mistake changed
+    without running the tool fails here."""
+    stored, tool = torch.load(replays.PATH, weights_only=True), _tool()
+    drawn = tool.all_answers()  # the cases as they are now, freshly drawn
+    inputs = {check: {case: entry["inputs"] for case, entry in cases.items()} for check, cases in stored.items()}
+    fresh = tool.all_answers(inputs)  # the answers on the stored inputs
+    assert stored.keys() == drawn.keys()
+    for check in drawn:
+        assert stored[check].keys() == drawn[check].keys(), f"{check}: cases changed: run tools/make_check_replays.py"
+        for case, entry in drawn[check].items():
             old = stored[check][case]
-            assert torch.equal(old["fingerprint"], entry["fingerprint"]), f"{check} / {case}: inputs changed"
-            assert old["answers"].keys() == entry["answers"].keys(), f"{check} / {case}: mistakes changed"
-            for name, answer in entry["answers"].items():
-                torch.testing.assert_close(old["answers"][name], answer, rtol=0, atol=0, equal_nan=True,
+            for a, b in zip(old["inputs"], entry["inputs"], strict=True):
+                torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3, msg=f"{check} / {case}: inputs changed")
+            assert old["answers"].keys() == fresh[check][case]["answers"].keys(), f"{check} / {case}: mistakes changed"
+            for name, answer in fresh[check][case]["answers"].items():
+                torch.testing.assert_close(old["answers"][name], answer, rtol=1e-5, atol=1e-6, equal_nan=True,
                                            msg=f"{check} / {case} / {name}: run tools/make_check_replays.py")
 
 
-def test_every_case_finds_its_answers_on_this_machine():
+def test_every_case_has_its_inputs_and_answers_stored():
     for case in tiled._TILED_CASES:
-        assert replays.replays("tiled", case.name, *case.qkv()), case.name
+        (q, k, v), answers = replays.stored("tiled", case.name, case.dtype)
+        assert q.dtype == case.dtype and q.shape == (case.batch, case.n_q_heads, case.seq_len, case.head_dim)
+        assert answers, case.name
     case = kernel.gallery_case()
-    assert replays.replays("kernel", case.name, *kernel._indicator_qkv(case)[:3])
-    q, k, v = tiled._TILED_CASES[0].qkv()
-    assert replays.replays("tiled", tiled._TILED_CASES[0].name, q, k, v + 1e-3) == {}, "other inputs: no answers"
+    (q, k, v), answers = replays.stored("kernel", case.name, case.dtype)
+    assert set(answers) == {f"{bug} {what}" for bug in kernel.KERNEL_BUGS if bug for what in ("O", "LSE")}
+    assert replays.stored("tiled", "no such case", torch.float32) is None
 
 
 def test_the_model_with_no_mistake_is_the_reference():
@@ -63,11 +72,27 @@ def test_the_model_with_no_mistake_is_the_reference():
         torch.testing.assert_close(lse, ref_lse, rtol=1e-10, atol=1e-10)
 
 
-TILED_MUTANTS = [m for m in MUTANTS if m.file == "tiled.py" and m.name != "tiled_causal_visits_every_key_tile"]
+# The mistake of check_tiled's lists that each classic tiled.py bug of the catalog is (None: the bug raises,
+# and the exception is the diagnosis).
+EXPECTED_CAUSE = {
+    "tiled_group_size_inverted": None,
+    "tiled_no_acc_rescale": "no_rescale_acc",
+    "tiled_no_l_rescale": "no_rescale_l",
+    "tiled_mask_off_by_one": "mask_diag",
+    "tiled_no_causal_mask": "mask_none",
+    "tiled_lse_without_max": "lse_log_l",
+    "tiled_running_max_forgotten": "tile_max",
+}
+TILED_MUTANTS = [m for m in MUTANTS if m.name in EXPECTED_CAUSE]
+
+
+def test_every_classic_answer_bug_of_tiled_has_an_expected_cause():
+    answer_bugs = {m.name for m in MUTANTS if m.file == "tiled.py"} - {"tiled_causal_visits_every_key_tile"}
+    assert answer_bugs == set(EXPECTED_CAUSE), "a tiled.py mutant was added or renamed: say which cause it gets"
 
 
 @pytest.mark.parametrize("mutant", TILED_MUTANTS, ids=lambda m: m.name)
-def test_check_tiled_names_a_cause_for_each_classic_bug(mutant, tmp_path, monkeypatch, capsys):
+def test_check_tiled_names_the_cause_of_each_classic_bug(mutant, tmp_path, monkeypatch, capsys):
     path = tmp_path / "tiled.py"
     path.write_text(mutant.apply((impl.SOLUTIONS_DIR / "tiled.py").read_text()))
     spec = importlib.util.spec_from_file_location("mutant_tiled", path)
@@ -78,6 +103,9 @@ def test_check_tiled_names_a_cause_for_each_classic_bug(mutant, tmp_path, monkey
     verdict = tiled.check_tiled.verdict()
     printed = capsys.readouterr().out
     assert not verdict.ok, printed
-    if "raised" in verdict.message:  # the exception is the diagnosis (a group size of 0, say)
+    expected = EXPECTED_CAUSE[mutant.name]
+    if expected is None:
+        assert "raised" in verdict.message, verdict
         return
-    assert verdict.cause, f"{mutant.name} ({mutant.bug}): no likely cause named:\n{printed}"
+    text = {bug: t for _, bug, t in tiled._TILED_MISTAKES + tiled._TILED_LSE_MISTAKES}[expected]
+    assert verdict.cause == text, f"{mutant.name} ({mutant.bug}): expected the cause {expected!r}, got {verdict}"

@@ -454,6 +454,10 @@ def test_a_submission_the_grader_cannot_grade_is_an_error_not_a_zero(tmp_path, m
     assert sorted(rows) == [("good", "20"), ("unlucky", "20")], rows
     assert grade.main([str(tmp_path / "no-such-folder"), "--only", "naive"]) == 2
     assert "no such submission" in capsys.readouterr().err
+    failed = grade.Report("x.zip", notes=["the grader failed on this submission: OSError: disk full"],
+                          error="the grader failed on this submission: OSError: disk full")
+    assert grade.table(failed).startswith("x.zip: NOT GRADED") and "0 / 0" not in grade.table(failed)
+    assert failed.summary().startswith("gqa-flash: not graded")
 
 
 # --- the Gradescope bundle ----------------------------------------------------------------------

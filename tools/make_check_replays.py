@@ -76,12 +76,12 @@ def tiled64(q, k, v, causal, sm_scale, block_m, block_n, bug=None):
     return out, lse
 
 
-def tiled_answers() -> dict:
-    """For each case of check_tiled: O of every mistake of _TILED_MISTAKES, the LSE of every one of
-    _TILED_LSE_MISTAKES (float32), each only where it differs from the right answer."""
+def tiled_answers(inputs: dict | None = None) -> dict:
+    """For each case of check_tiled: its inputs, and O of every mistake of _TILED_MISTAKES and the LSE of
+    every one of _TILED_LSE_MISTAKES (float32), each only where it differs from the right answer."""
     entries = {}
     for case in tiled._TILED_CASES:
-        q, k, v = case.qkv()
+        q, k, v = (t.to(case.dtype) for t in inputs[case.name]) if inputs else (t.cpu() for t in case.qkv())
         walk = lambda bug: tiled64(q, k, v, case.causal, case.scale, case.block_m, case.block_n, bug)  # noqa: E731
         right = walk(None)
         answers = {}
@@ -90,14 +90,14 @@ def tiled_answers() -> dict:
                 answer = walk(bug)[which]
                 if not torch.equal(answer, right[which]):  # a mistake this case cannot show
                     answers[bug] = answer.float()
-        entries[case.name] = {"fingerprint": replays.fingerprint(q, k, v), "answers": answers}
+        entries[case.name] = {"inputs": [t.float() for t in (q, k, v)], "answers": answers}
     return entries
 
 
-def kernel_answers() -> dict:
-    """O and the LSE of each bug of KERNEL_BUGS on the gallery's indicator inputs (float32)."""
+def kernel_answers(inputs: dict | None = None) -> dict:
+    """The gallery's indicator inputs, and O and the LSE of each bug of KERNEL_BUGS on them (float32)."""
     case = kernel.gallery_case()
-    q, k, v, _ = kernel._indicator_qkv(case)
+    q, k, v = (t.to(case.dtype) for t in inputs[case.name]) if inputs else (t.cpu() for t in kernel._indicator_qkv(case)[:3])
     answers = {}
     for bug in kernel.KERNEL_BUGS:
         if bug is None:  # the right answer is the reference's
@@ -106,11 +106,13 @@ def kernel_answers() -> dict:
         scale = case.scale * (LOG2E if bug == "exp" else 1.0)
         out, lse = tiled64(q, k, v, case.causal, scale, case.block_m, case.block_n, None if bug == "exp" else bug)
         answers[f"{bug} O"], answers[f"{bug} LSE"] = out.float(), lse.float()
-    return {case.name: {"fingerprint": replays.fingerprint(q, k, v), "answers": answers}}
+    return {case.name: {"inputs": [t.float() for t in (q, k, v)], "answers": answers}}
 
 
-def all_answers() -> dict:
-    return {"tiled": tiled_answers(), "kernel": kernel_answers()}
+def all_answers(inputs: dict | None = None) -> dict:
+    """Every check's entries, from freshly drawn inputs, or from ``inputs`` ({check: {case: (q, k, v)}})."""
+    inputs = inputs or {}
+    return {"tiled": tiled_answers(inputs.get("tiled")), "kernel": kernel_answers(inputs.get("kernel"))}
 
 
 if __name__ == "__main__":

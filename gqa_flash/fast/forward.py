@@ -361,7 +361,9 @@ def _prune(configs, named_args, **kwargs):
     h200_fast_forward_two_tiles.log rows tiles1), yet the autotuner's own timing picked the twin at 8k in
     two sweeps (0.997 and 0.993 of cuDNN). Prediction 23."""
     args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
-    kept = [c for c in configs if fits(c, args["HEAD_DIM_PAD"], shared_memory())
+    base = getattr(args.get("q_desc"), "base", None)  # the device this launch runs on
+    shared = shared_memory(base.device.index if base is not None and base.is_cuda else None)
+    kept = [c for c in configs if fits(c, args["HEAD_DIM_PAD"], shared)
             and (c.kwargs["BLOCK_M"] < 256 or args["SEQ_LEN"] >= LONG_TILES_FROM)]
     if args["HEAD_DIM_PAD"] == CAPPED_UP_TO:  # where the cap was measured (below 64 it buys no third program)
         capped = {_tile(c) for c in kept if c.maxnreg is not None}

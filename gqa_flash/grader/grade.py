@@ -140,12 +140,16 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
         sandbox.remove(scratch)
     if report.error is None and not report.tests:
         report.error = "no test reported a result" + (f" ({report.notes[-1]})" if report.notes else "")
+        report.notes.append(report.error)
     report.seconds = time.monotonic() - start
     return report
 
 
 def table(report: Report) -> str:
     """The readable verdict: one row per part, the failed tests under it with what went wrong."""
+    if report.error is not None:
+        return "\n".join([f"{report.submission}: NOT GRADED ({report.seconds:.0f} s): {report.error}", "",
+                          "notes:", *[f"  - {n}" for n in report.notes]])
     rows = [f"{report.submission}: {_num(report.score)} / {_num(report.max_score)} points "
             f"({report.seconds:.0f} s)", "", f"  {'part':<24} {'points':>11}  verdict"]
     for tests in report.parts().values():
@@ -189,13 +193,9 @@ class GradeBook:
                 if reader.fieldnames != self.columns:
                     raise SystemExit(f"{self.path} has columns {reader.fieldnames}, not {self.columns}: "
                                      "use another --csv file")
-                rows = list(reader)
-            self.done = {row["submission"] for row in rows if row["score"] != self.ERROR}
-            if any(row["score"] == self.ERROR for row in rows):  # ungraded rows go: graded again below
-                with open(self.path, "w", newline="") as f:
-                    writer = csv.DictWriter(f, self.columns)
-                    writer.writeheader()
-                    writer.writerows(row for row in rows if row["score"] != self.ERROR)
+                # A row that says ERROR is not done: the submission is graded again, and its new row
+                # replaces that one (add).
+                self.done = {row["submission"] for row in reader if row["score"] != self.ERROR}
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "w", newline="") as f:
@@ -210,8 +210,15 @@ class GradeBook:
             row[part] = _num(report.part_score(part)[0])
         if "hidden" in self.columns:
             row["hidden"] = _num(sum(t.score for t in report.tests if t.hidden))
-        with open(self.path, "a", newline="") as f:
-            csv.DictWriter(f, self.columns).writerow(row)
+        with open(self.path, newline="") as f:
+            kept = [r for r in csv.DictReader(f) if not (r["submission"] == row["submission"]
+                                                          and r["score"] == self.ERROR)]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", newline="") as f:  # whole or not at all: a kill here loses no graded row
+            writer = csv.DictWriter(f, self.columns)
+            writer.writeheader()
+            writer.writerows([*kept, row])
+        tmp.replace(self.path)
 
 
 class Progress:
@@ -389,7 +396,8 @@ def _main(argv: list[str] | None) -> int:
             if book is not None:
                 book.add(report)
             flag = f"  ({len(report.notes)} note{'s' * (len(report.notes) != 1)})" if report.notes else ""
-            progress.done(f"{_num(report.score):>6} / {_num(report.max_score)}  {report.submission}{flag}")
+            score = "ERROR" if report.error is not None else f"{_num(report.score):>6} / {_num(report.max_score)}"
+            progress.done(f"{score}  {report.submission}{flag}")
 
     try:
         reports = grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done,
@@ -398,9 +406,9 @@ def _main(argv: list[str] | None) -> int:
         progress.close()
     errors = [r for r in reports if r.error is not None]
     if errors:
-        print(f"grade: {len(errors)} submission(s) could not be graded (score {GradeBook.ERROR} in the CSV; "
-              f"run the same command again to retry them): {', '.join(r.submission for r in errors)}",
-              file=sys.stderr)
+        where = f" (score {GradeBook.ERROR} in {args.csv})" if args.csv else ""
+        print(f"grade: {len(errors)} submission(s) could not be graded{where}; run the same command again to "
+              f"retry them: {', '.join(r.submission for r in errors)}", file=sys.stderr)
         return 1
     return 0
 

@@ -201,6 +201,13 @@ def _block_kinds(emap):
 
 def plot_bug_gallery(maps: dict, head=1):
     """One query head's error map for each of several known bugs (from ``checks.simulated_error_map``)."""
+    missing = next((emap for emap in maps.values() if emap.err is None), None)
+    if missing is not None:  # no stored answers: say so, as plot_error_map does for a kernel that did not run
+        fig, ax = plt.subplots(figsize=(8, 1.2))
+        ax.axis("off")
+        ax.text(0, 0.5, "No gallery: " + (missing.message or "no error map"), fontsize=9, va="center",
+                family="monospace")
+        return fig
     fig, axes = plt.subplots(1, len(maps), figsize=(2.9 * len(maps) + 1, 3.2), squeeze=False,
                              constrained_layout=True)
     im = None
@@ -210,8 +217,9 @@ def plot_bug_gallery(maps: dict, head=1):
         title = f"{name}\nq head {head}: KV head {emap.kv_expected[head]}, read {'?' if read is None else read}"
         im = _error_image(ax, emap.err[head].numpy(), emap.tol, kinds, title)
     fig.colorbar(im, ax=axes, fraction=0.02, label="log10 of the largest error")
+    first = next(iter(maps.values()))
+    fig.suptitle(f"N = {first.seq_len}, BLOCK_M = {first.block_m}, BLOCK_N = {first.block_n}", fontsize=9)
     return fig
-
 
 
 __all__ = ["plot_launch_grid", "plot_kernel_schedule", "plot_pingpong", "plot_error_map", "plot_bug_gallery"]

@@ -24,6 +24,7 @@ def check(seed, causal=True, dtype=torch.float32, **shape):
                                                lse.to(device=q.device, dtype=torch.float32), do, causal=causal)
     ref = reference_gradients(q, k, v, do, causal=causal)
     ctx = f"seed {seed}, shape {list(q.shape)} with {k.shape[1]} KV heads, causal={causal}, {str(dtype)[6:]}"
+    assert isinstance(grads, (tuple, list)) and len(grads) == 3, f"expected (dQ, dK, dV), got {type(grads)}; {ctx}"
     for name, g, t, r in zip(("dQ", "dK", "dV"), grads, (q, k, v), ref):
         assert isinstance(g, torch.Tensor) and g.shape == t.shape, f"{name} missing or of the wrong shape; {ctx}"
         err, bound = gradient_error(g, r, dtype)

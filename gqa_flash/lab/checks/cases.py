@@ -4,7 +4,7 @@ A :class:`Case` is one small input built to isolate an idea (GQA 8:2, a
 ragged length, fp16, a strided layout...) and names the part it isolates, so
 that a wrong answer there points at that part. :func:`kv_index` is the map
 from query head to KV head, right or wrong in one of the ways students get it
-wrong; the float64 replays of naive.py and tiled.py use it.
+wrong; the float64 replays of naive.py's mistakes use it (tiled.py's answers are stored: replays.py).
 """
 
 import math

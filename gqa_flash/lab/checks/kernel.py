@@ -7,8 +7,8 @@
 * :func:`forward_error_map` measures the kernel's error per (query head,
   query block, key block) from one launch on *indicator* inputs, where column
   kb of V marks the keys of key block kb; :func:`simulated_error_map` draws
-  the same map for a known bug (KERNEL_BUGS) from its stored answer
-  (replays.py), for the gallery.
+  such a map for a known bug (KERNEL_BUGS) from its stored answer
+  (replays.py), at the interpreter's tiles, for the gallery.
 """
 
 import math
@@ -158,30 +158,33 @@ KERNEL_BUGS = {
 
 
 def gallery_case() -> Case:
-    """The case of :func:`simulated_error_map`: :func:`forward_error_map`'s, at the interpreter's tiles on
-    every machine (its bugs' answers are stored for those inputs: replays.py)."""
+    """The case of :func:`simulated_error_map`: :func:`forward_error_map`'s first, at the interpreter's
+    tiles on every machine (its bugs' answers are stored for those inputs: replays.py)."""
     return _forward_cases(dict(BLOCK_M=32, BLOCK_N=16))[0]
 
 
 def simulated_error_map(bug=None) -> ErrorMap:
     """The error map a kernel with ``bug`` (a key of KERNEL_BUGS) would show.
 
-    The inputs of :func:`forward_error_map` (at the interpreter's tiles); no kernel runs: the bug's answer
-    was computed in float64 beforehand and stored (replays.py), so this is instant and needs no student code.
+    The inputs of :func:`forward_error_map`, at the interpreter's tiles (BLOCK_M 32, BLOCK_N 16) on every
+    machine. No kernel runs: the bug's answer was computed in float64 beforehand and stored (replays.py),
+    so this is instant and needs no student code.
     """
     if bug not in KERNEL_BUGS:
         raise ValueError(f"bug must be one of {list(KERNEL_BUGS)}; got {bug!r}")
     case = gallery_case()
     q, k, v, n_kb = _indicator_qkv(case)
-    if bug is None:
-        out, lse = reference_attention(q, k, v, causal=case.causal, sm_scale=case.sm_scale)
-        return _error_map(q, k, v, n_kb, out, lse, case)
-    stored = replays.replays("kernel", case.name, q, k, v)
-    if not stored:
+    kept = replays.stored("kernel", case.name, case.dtype)
+    if kept is None:
         return ErrorMap(None, None, [kv_of(h, case) for h in range(case.n_q_heads)], [None] * case.n_q_heads,
                         case.block_m, case.block_n, case.seq_len, case.causal, tol(case.dtype)["atol"],
-                        message="no stored answer for this machine's inputs (tools/make_check_replays.py)")
-    return _error_map(q, k, v, n_kb, stored[f"{bug} O"], stored[f"{bug} LSE"], case)
+                        message="no stored answers (gqa_flash/lab/checks/replays.pt is missing)")
+    (q, k, v), answers = kept  # the inputs the answers were computed from (the indicator columns included)
+    if bug is None:
+        out, lse = reference_attention(q, k, v, causal=case.causal, sm_scale=case.sm_scale)
+    else:
+        out, lse = answers[f"{bug} O"], answers[f"{bug} LSE"]
+    return _error_map(q, k, v, n_kb, out, lse, case)
 
 
 # --------------------------------------------------------------------------
