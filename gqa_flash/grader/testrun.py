@@ -79,6 +79,8 @@ class RunReport:
     runs: int = 0  # pytest processes started (1 unless something crashed)
 
 
+EXIT_GRACE_S = 15.0  # how long a test process may take to exit once every test has its result
+
 # Live test processes, so that an interrupted batch can kill them (they run in
 # their own sessions, out of reach of the terminal's Ctrl-C).
 _live: set[subprocess.Popen] = set()
@@ -119,6 +121,9 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
         run = _run_once(copy, targets, log, out, limits, strikes, deadline)
         report.runs += 1
         tampering.extend(p for p in sandbox.tampered(course, copy) if p not in tampering)
+        if run.lingered:
+            report.notes.append(f"the test process did not exit within {EXIT_GRACE_S:.0f} s of its last test's result "
+                                "(a thread or process the submission left running?): it was killed")
         if collected is None:
             collected = run.collected
             if collected is None:  # pytest died before collecting: nothing to attribute
@@ -176,6 +181,7 @@ class _Run:
     in_progress: str | None = None  # the test that was running when the process ended
     death: str = ""  # why it ended, as a test's failure message
     returncode: int | None = None
+    lingered: bool = False  # every test had its result, but the process did not exit: killed
 
 
 def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> list[str]:
@@ -225,6 +231,7 @@ def _run_once(copy: Path, targets, log: Path, out: Path, limits: Limits, strikes
         if STOP.is_set():  # stop() ran while this process was starting
             _kill(proc)
     killed = ""
+    all_done = 0.0  # when every collected test had its result (0: not yet)
     current: tuple[str, float] | None = None  # the running test and when we saw it start
     timeouts: dict[str, float] = {}
     position = 0
@@ -240,6 +247,13 @@ def _run_once(copy: Path, targets, log: Path, out: Path, limits: Limits, strikes
             if finished:
                 break
             now = time.monotonic()
+            if run.collected is not None and run.results.keys() >= run.collected.keys():
+                # Every test has its result. A process that does not exit now is held by something the
+                # submission left running (a non-daemon thread, say): it must not cost the whole deadline.
+                all_done = all_done or now
+                if now - all_done > EXIT_GRACE_S:
+                    run.lingered = True
+                    _kill(proc)
             if current is not None:
                 limit = timeouts.get(current[0], 60.0) + limits.grace_s
                 if now - current[1] > limit:
