@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -471,6 +472,34 @@ def test_a_thread_left_running_after_the_last_test_costs_seconds_not_the_deadlin
     assert report.score == 20, grade.table(report)
     assert any("did not exit within 1 s of its last test" in n for n in report.notes), report.notes
     assert report.seconds < 120, f"{report.seconds:.0f} s: the lingering process ran on"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie is dead, waiting for its new parent to reap it
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="the grader finds left processes through /proc")
+def test_a_process_left_running_in_a_session_of_its_own_is_killed(tmp_path):
+    """A child the submission starts with setsid leaves the test process's group, which the grader kills;
+    it still carries the run's mark in its environment, and the grader kills it by that."""
+    pid_file = tmp_path / "child.pid"
+    spawn = ("import subprocess, sys\n"
+             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+             "start_new_session=True)\n"
+             f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n")
+    sub = folder(tmp_path, "spawns", {"naive.py": solution("naive.py") + "\n" + spawn})
+    report = grade.grade(sub, only={"naive"}, limits=Limits(submission_s=300), workdir=tmp_path)
+    assert report.score == 20, grade.table(report)
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # SIGKILL is sent; the kernel may take a moment
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid), f"the child {pid} the submission started with setsid outlived its grading"
 
 
 # --- the Gradescope bundle ----------------------------------------------------------------------

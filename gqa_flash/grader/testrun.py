@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +80,7 @@ class RunReport:
     runs: int = 0  # pytest processes started (1 unless something crashed)
 
 
+RUN_MARK = "GQA_FLASH_GRADE_RUN"  # an environment variable that marks every process of one test run
 EXIT_GRACE_S = 15.0  # how long a test process may take to exit once every test has its result
 
 # Live test processes, so that an interrupted batch can kill them (they run in
@@ -204,8 +206,9 @@ def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> lis
     return cmd
 
 
-def _environment(copy: Path) -> dict[str, str]:
+def _environment(copy: Path, mark: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON", "GQA_FLASH_IMPL"))}
+    env[RUN_MARK] = mark  # inherited by whatever the test process starts: _kill_marked finds it by this
     scratch = copy.parent / "tmp"  # the tests' temporary files stay in this grading's folder, removed with it
     scratch.mkdir(exist_ok=True)
     env.update(
@@ -218,12 +221,26 @@ def _environment(copy: Path) -> dict[str, str]:
     return env
 
 
+def _kill_marked(mark: str) -> None:
+    """Kill every process whose environment carries ``mark``: what a test process started and left running,
+    also in a session of its own (setsid), which killing the process group misses. Linux only (/proc); a
+    process that replaced its environment on purpose escapes this (README: what the grader does not stop)."""
+    needle = f"{RUN_MARK}={mark}".encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if int(entry.name) != os.getpid() and needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):  # gone already, or not ours to read
+            continue
+
+
 def _run_once(copy: Path, targets, log: Path, out: Path, limits: Limits, strikes, deadline) -> _Run:
     run = _Run()
     log.touch()
+    mark = uuid.uuid4().hex
     with open(out, "wb") as out_file:
         proc = subprocess.Popen(
-            _command(targets, log, limits, strikes), cwd=copy, env=_environment(copy),
+            _command(targets, log, limits, strikes), cwd=copy, env=_environment(copy, mark),
             stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT, start_new_session=True,
         )
     with _live_lock:
@@ -270,6 +287,7 @@ def _run_once(copy: Path, targets, log: Path, out: Path, limits: Limits, strikes
     finally:
         run.returncode = proc.wait()
         _kill(proc)  # whatever the submission left running in the process group
+        _kill_marked(mark)  # and in sessions of its own
         with _live_lock:
             _live.discard(proc)
     if current is not None:
