@@ -66,8 +66,6 @@ What you write, in four ``@triton.jit`` helpers:
     Part 4  _merge_splits     the log-sum-exp merge of the splits: one row of O and its LSE
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -362,24 +360,8 @@ INTERPRETER_SMS = 4
 PROGRAMS_PER_SM = 2  # what SPLIT_CONFIG's shared memory allows at head_dim 128, bf16
 
 
-@functools.lru_cache(maxsize=None)
-def _gpu_properties(index: int) -> tuple[int, int, int]:
-    """(SMs, compute capability's major number, bytes of shared memory a block may use) of CUDA
-    GPU ``index``: asked once, not at every decoding step."""
-    props = torch.cuda.get_device_properties(index)
-    shared = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
-    return props.multi_processor_count, props.major, shared
-
-
-def _on_gpu(device) -> tuple[int, int, int] | None:
-    """``_gpu_properties`` of ``device``, or None where kernels run in the interpreter."""
-    if runtime.INTERPRETER or device.type != "cuda":
-        return None
-    return _gpu_properties(device.index if device.index is not None else torch.cuda.current_device())
-
-
 def _sm_count(device) -> int:
-    gpu = _on_gpu(device)
+    gpu = runtime.on_gpu(device)
     return INTERPRETER_SMS if gpu is None else gpu[0]
 
 
@@ -414,7 +396,7 @@ def pdl_supported(device) -> bool:
     """Programmatic dependent launch needs a GPU of compute capability 9 (Hopper) or later, and a
     Triton that has ``gdc_wait``; elsewhere (an A100, a laptop's GPU, the interpreter) the merge
     kernel is launched the ordinary way, after the split kernel."""
-    gpu = _on_gpu(device)
+    gpu = runtime.on_gpu(device)
     return gpu is not None and gpu[1] >= 9 and gdc_wait is not None
 
 
@@ -425,7 +407,7 @@ def _gpu_config(num_splits: int, head_dim_pad: int, itemsize: int, device, paged
         config = dict(PAGED_WHOLE_CONFIG if paged else WHOLE_CONFIG)
     # K and V tiles, num_stages of each in flight, must fit in a block's shared memory (227 KiB on an
     # H200): halve the block until they fit (head_dim 256 in fp32 needs it).
-    budget = _on_gpu(device)[2] - SHARED_MEMORY_HEADROOM
+    budget = runtime.on_gpu(device)[2] - SHARED_MEMORY_HEADROOM
     while config["BLOCK_N"] > 16 and 2 * config["BLOCK_N"] * head_dim_pad * itemsize * config["num_stages"] > budget:
         config["BLOCK_N"] //= 2
     return config

@@ -14,6 +14,7 @@ check a kernel, and it lets a student with a laptop do the whole course.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -70,6 +71,25 @@ def supported_dtypes() -> tuple[torch.dtype, ...]:
     if bf16_supported():
         return (torch.float16, torch.bfloat16, torch.float32)
     return (torch.float16, torch.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_properties(index: int) -> tuple[int, int, int]:
+    """(SMs, compute capability's major number, bytes of shared memory a block may use) of CUDA GPU
+    ``index``, as torch and Triton's driver report them: asked once, not at every launch."""
+    import triton  # imported here so that the environment above is set first
+
+    props = torch.cuda.get_device_properties(index)
+    shared = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+    return props.multi_processor_count, props.major, shared
+
+
+def on_gpu(device) -> tuple[int, int, int] | None:
+    """:func:`gpu_properties` of ``device`` (a ``torch.device``; the current GPU when it has no index),
+    or None where kernels run in the interpreter."""
+    if INTERPRETER or device.type != "cuda":
+        return None
+    return gpu_properties(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def empty_output(shape, dtype, device) -> torch.Tensor:

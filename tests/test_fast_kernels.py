@@ -345,7 +345,7 @@ def test_fast_forward_candidates_follow_the_devices_shared_memory(monkeypatch):
     from gqa_flash.fast import forward
 
     assert forward.shared_memory() == forward.SHARED_MEMORY, "the interpreter has no device to ask"
-    monkeypatch.setattr(forward, "shared_memory", lambda device_index=None: 101_376)
+    monkeypatch.setattr(forward, "shared_memory", lambda device=None: 101_376)
     kept = forward._prune(forward.CONFIGS, {"SEQ_LEN": 4096}, HEAD_DIM_PAD=128)
     tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.kwargs["SUBTILES"], c.maxnreg)
              for c in kept}

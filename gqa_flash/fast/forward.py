@@ -90,8 +90,6 @@ A warp-specialized key loop (``tl.range(..., warp_specialize=True)``) was
 measured and removed: bench/RESULTS.md.
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -314,14 +312,11 @@ CAPPED_UP_TO = 64  # head_dim_pad
 SHARED_MEMORY = 232_448  # bytes of shared memory a program may hold on sm_90 (an H100 or H200)
 
 
-@functools.lru_cache(maxsize=None)
-def shared_memory(device_index=None) -> int:
-    """Bytes of shared memory a program may hold on CUDA device ``device_index`` (the current one when
-    None), as the driver reports it; ``SHARED_MEMORY`` where kernels run in the interpreter."""
-    if runtime.INTERPRETER:
-        return SHARED_MEMORY
-    index = torch.cuda.current_device() if device_index is None else device_index
-    return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+def shared_memory(device=None) -> int:
+    """Bytes of shared memory a program may hold on ``device`` (the current GPU when None), as the
+    driver reports it (``runtime.on_gpu``); ``SHARED_MEMORY`` where kernels run in the interpreter."""
+    gpu = runtime.on_gpu(device if device is not None else torch.device("cuda"))
+    return SHARED_MEMORY if gpu is None else gpu[2]
 
 
 def fits(config, head_dim_pad, shared_bytes=SHARED_MEMORY) -> bool:
@@ -361,8 +356,8 @@ def _prune(configs, named_args, **kwargs):
     h200_fast_forward_two_tiles.log rows tiles1), yet the autotuner's own timing picked the twin at 8k in
     two sweeps (0.997 and 0.993 of cuDNN). Prediction 23."""
     args = {**named_args, **kwargs}  # constexprs arrive in kwargs on some Triton versions
-    base = getattr(args.get("q_desc"), "base", None)  # the device this launch runs on
-    shared = shared_memory(base.device.index if base is not None and base.is_cuda else None)
+    base = getattr(args.get("q_desc"), "base", None)  # the tensor this launch reads: its device
+    shared = shared_memory(None if base is None else base.device)
     kept = [c for c in configs if fits(c, args["HEAD_DIM_PAD"], shared)
             and (c.kwargs["BLOCK_M"] < 256 or args["SEQ_LEN"] >= LONG_TILES_FROM)]
     if args["HEAD_DIM_PAD"] == CAPPED_UP_TO:  # where the cap was measured (below 64 it buys no third program)

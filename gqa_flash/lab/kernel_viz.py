@@ -163,11 +163,7 @@ def plot_error_map(emap, heads=None):
     KV head the query head should read and which one it did read.
     """
     if emap.err is None:
-        fig, ax = plt.subplots(figsize=(8, 1.2))
-        ax.axis("off")
-        ax.text(0, 0.5, "No error map: the kernel did not run.\n" + (emap.message or ""), fontsize=9, va="center",
-                family="monospace")
-        return fig
+        return _message_figure("No error map: the kernel did not run.\n" + (emap.message or ""))
     heads = range(emap.err.shape[0]) if heads is None else heads
     heads = list(heads)
     cols = min(4, len(heads))
@@ -194,6 +190,14 @@ def plot_error_map(emap, heads=None):
     return fig
 
 
+def _message_figure(text: str):
+    """A figure that only says why there is nothing to draw."""
+    fig, ax = plt.subplots(figsize=(8, 1.2))
+    ax.axis("off")
+    ax.text(0, 0.5, text, fontsize=9, va="center", family="monospace")
+    return fig
+
+
 def _block_kinds(emap):
     """Kinds of (query block of BLOCK_M rows, key block of BLOCK_N keys), the grid of the error map."""
     return tile_kinds(emap.seq_len, emap.block_m, emap.block_n, emap.causal)
@@ -203,11 +207,7 @@ def plot_bug_gallery(maps: dict, head=1):
     """One query head's error map for each of several known bugs (from ``checks.simulated_error_map``)."""
     missing = next((emap for emap in maps.values() if emap.err is None), None)
     if missing is not None:  # no stored answers: say so, as plot_error_map does for a kernel that did not run
-        fig, ax = plt.subplots(figsize=(8, 1.2))
-        ax.axis("off")
-        ax.text(0, 0.5, "No gallery: " + (missing.message or "no error map"), fontsize=9, va="center",
-                family="monospace")
-        return fig
+        return _message_figure("No gallery: " + (missing.message or "no error map"))
     fig, axes = plt.subplots(1, len(maps), figsize=(2.9 * len(maps) + 1, 3.2), squeeze=False,
                              constrained_layout=True)
     im = None

@@ -51,6 +51,12 @@ def _forward_cases(cfg=None):
     ]
 
 
+def _indicator_blocks(case: Case) -> int:
+    """How many key blocks the indicator columns of V mark (0 where the head dim is too narrow for them)."""
+    n_kb = triton.cdiv(case.seq_len, case.block_n)
+    return n_kb if case.head_dim >= n_kb + 1 else 0
+
+
 def _indicator_qkv(case: Case):
     """Inputs whose output says where each row's probability went.
 
@@ -60,8 +66,8 @@ def _indicator_qkv(case: Case):
     the KV head the program read (the probabilities sum to 1).
     """
     q, k, v = case.qkv()
-    n_kb = triton.cdiv(case.seq_len, case.block_n)
-    if case.head_dim < n_kb + 1:
+    n_kb = _indicator_blocks(case)
+    if not n_kb:
         return q, k, v, 0
     block_of = torch.arange(case.seq_len) // case.block_n
     indicator = (block_of[:, None] == torch.arange(n_kb)[None, :]).to(torch.float32)
@@ -122,28 +128,28 @@ def _error_map(q, k, v, n_kb, out, lse, case: Case) -> ErrorMap:
                     tol=tol(case.dtype)["atol"])
 
 
+def _no_map(case: Case, message: str) -> ErrorMap:
+    """The map of ``case`` with no errors measured, and ``message`` saying why."""
+    return ErrorMap(None, None, [kv_of(h, case) for h in range(case.n_q_heads)], [None] * case.n_q_heads,
+                    case.block_m, case.block_n, case.seq_len, case.causal, tol(case.dtype)["atol"], message)
+
+
 def forward_error_map() -> ErrorMap:
     """Run your kernel once on indicator inputs (GQA 8:2, causal) and measure its error per tile.
 
     Never raises: if the kernel does not run, the map carries the reason.
     """
     case = _forward_cases()[0]
-    cfg = kernel_config()
-    empty = ErrorMap(None, None, [kv_of(h, case) for h in range(case.n_q_heads)], [None] * case.n_q_heads,
-                     cfg["BLOCK_M"], cfg["BLOCK_N"], case.seq_len, case.causal, tol(case.dtype)["atol"])
     reason = why_not_run_forward()
     if reason is not None:
-        empty.message = reason
-        return empty
+        return _no_map(case, reason)
     try:
         fwd = load("forward")
         q, k, v, n_kb, result = _run_kernel(fwd, case)
     except Stop as stop:
-        empty.message = stop.verdict.headline()
-        return empty
+        return _no_map(case, stop.verdict.headline())
     if not (isinstance(result, tuple) and len(result) == 2):
-        empty.message = "flash_attention_forward did not return (O, LSE)"
-        return empty
+        return _no_map(case, "flash_attention_forward did not return (O, LSE)")
     return _error_map(q, k, v, n_kb, result[0], result[1], case)
 
 
@@ -173,18 +179,15 @@ def simulated_error_map(bug=None) -> ErrorMap:
     if bug not in KERNEL_BUGS:
         raise ValueError(f"bug must be one of {list(KERNEL_BUGS)}; got {bug!r}")
     case = gallery_case()
-    q, k, v, n_kb = _indicator_qkv(case)
     kept = replays.stored("kernel", case.name, case.dtype)
     if kept is None:
-        return ErrorMap(None, None, [kv_of(h, case) for h in range(case.n_q_heads)], [None] * case.n_q_heads,
-                        case.block_m, case.block_n, case.seq_len, case.causal, tol(case.dtype)["atol"],
-                        message="no stored answers (gqa_flash/lab/checks/replays.pt is missing)")
+        return _no_map(case, "no stored answers (gqa_flash/lab/checks/replays.pt is missing)")
     (q, k, v), answers = kept  # the inputs the answers were computed from (the indicator columns included)
     if bug is None:
         out, lse = reference_attention(q, k, v, causal=case.causal, sm_scale=case.sm_scale)
     else:
         out, lse = answers[f"{bug} O"], answers[f"{bug} LSE"]
-    return _error_map(q, k, v, n_kb, out, lse, case)
+    return _error_map(q, k, v, _indicator_blocks(case), out, lse, case)
 
 
 # --------------------------------------------------------------------------
