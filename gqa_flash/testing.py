@@ -48,7 +48,14 @@ contiguous  torch's default for [B, H, N, D];
 bnhd        allocated as [B, N, H, D] (the layout of a QKV projection) and
             transposed: heads and sequence swap strides;
 strided     every dimension strided: a view that takes every other batch,
-            head, row and column of a larger tensor (last-dim stride 2)."""
+            head, row and column of a larger tensor (last-dim stride 2).
+One more layout is not in LAYOUTS (the shape matrix runs those), but any input
+may take it:
+padded      the first D columns of a [B, H, N, D + 16] tensor whose other 16
+            columns hold NaN: rows D + 16 apart, and a kernel that reads past
+            the head dim (an unmasked padded column) returns NaN."""
+
+PADDED_COLUMNS = 16
 
 
 def fresh_seed() -> int:
@@ -62,14 +69,17 @@ _LAYOUT_VIEWS = {
     "contiguous": (lambda b, h, n, d: (b, h, n, d), lambda t: t),
     "bnhd": (lambda b, h, n, d: (b, n, h, d), lambda t: t.transpose(1, 2)),
     "strided": (lambda b, h, n, d: (2 * b, 2 * h, 2 * n, 2 * d), lambda t: t[::2, ::2, ::2, ::2]),
+    "padded": (lambda b, h, n, d: (b, h, n, d + PADDED_COLUMNS), lambda t: t[..., :-PADDED_COLUMNS]),
 }
 
 
 def _make(shape, dtype, layout, gen, device, shift_heads=False):
     if layout not in _LAYOUT_VIEWS:
-        raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
+        raise ValueError(f"layout must be one of {(*LAYOUTS, 'padded')}; got {layout!r}")
     alloc_shape, view = _LAYOUT_VIEWS[layout]
     storage = torch.randn(alloc_shape(*shape), generator=gen, dtype=torch.float32)
+    if layout == "padded":  # drawn whole, then poisoned: the view's values do not depend on the layout
+        storage[..., -PADDED_COLUMNS:] = float("nan")
     if shift_heads:  # in place, through the view, so the storage keeps the layout
         view(storage).add_(torch.arange(shape[1], dtype=torch.float32).view(1, -1, 1, 1))
     return view(storage.to(device=device, dtype=dtype))
@@ -85,34 +95,53 @@ def random_qkv(
     layout="contiguous",
     seed=0,
     device=None,
+    v_layout=None,
 ):
     """Fresh ``q [B, Hq, N, D]`` and ``k, v [B, Hkv, N, D]`` with standard-normal entries.
 
     Every KV head also gets its own offset (head j's values are shifted by j),
-    so reading the wrong KV head gives visibly wrong outputs.
+    so reading the wrong KV head gives visibly wrong outputs. ``v_layout``
+    (default: ``layout``) gives V a layout of its own, so a kernel that reads V
+    with K's strides is caught.
     """
     device = device or runtime.DEVICE
     gen = torch.Generator().manual_seed(seed)
     q = _make((batch, n_q_heads, seq_len, head_dim), dtype, layout, gen, device)
     k = _make((batch, n_kv_heads, seq_len, head_dim), dtype, layout, gen, device)
-    v = _make((batch, n_kv_heads, seq_len, head_dim), dtype, layout, gen, device, shift_heads=True)
+    v = _make((batch, n_kv_heads, seq_len, head_dim), dtype, v_layout or layout, gen, device, shift_heads=True)
     return q, k, v
 
 
+TABLE_LAYOUTS = ("contiguous", "transposed", "strided")
+"""Memory layouts of a block table [B, max_pages]: contiguous; transposed (stored
+[max_pages, B] and seen through .t(), so a row's entries are B apart); strided
+(every other column of a [B, 2 * max_pages] table whose other columns are poison)."""
+
+
+def poison_page(n_blocks: int) -> int:
+    """A page index far past a pool of ``n_blocks`` pages: what a block table holds where no page is."""
+    return n_blocks + 1000
+
+
 def decode_inputs(seed=0, batch=2, n_q_heads=4, n_kv_heads=2, n_new=1, head_dim=32, seqlens=(1, 40), capacity=48,
-                  page_size=None, dtype=torch.float32, layout="contiguous", device=None):
+                  page_size=None, dtype=torch.float32, layout="contiguous", device=None, q_layout=None,
+                  table_layout="contiguous"):
     """Fresh ``(q, k_cache, v_cache, cache_seqlens, block_table)`` for ``flash_decode``.
 
-    ``q`` is ``[B, Hq, n_new, D]``. Contiguous cache (``page_size`` None): ``[B, Hkv, capacity, D]``, q
-    and the cache in ``layout`` (one of LAYOUTS), block_table None. Paged: a pool of ``[num_blocks,
-    page_size, Hkv, D]`` with three spare pages, each sequence given ``capacity / page_size`` pages of it,
-    shuffled. Every position at or past a sequence's length (the spare pages too) holds NaN, so a kernel
-    that reads one returns NaN. V of KV head j is shifted by j, so reading the wrong KV head gives
-    visibly wrong outputs.
+    ``q`` is ``[B, Hq, n_new, D]`` in ``q_layout`` (default ``layout``; ``"padded"``: NaN past the head
+    dim). Contiguous cache (``page_size`` None): ``[B, Hkv, capacity, D]`` in ``layout`` (one of LAYOUTS),
+    block_table None. Paged: a pool of ``[num_blocks, page_size, Hkv, D]`` with three spare pages, each
+    sequence given ``capacity / page_size`` pages of it, shuffled; the table in ``table_layout`` (one of
+    TABLE_LAYOUTS). Every position at or past a sequence's length (the spare pages too) holds NaN, so a
+    kernel that reads one returns NaN, and every table entry past a sequence's last page holds
+    :func:`poison_page`, a page far outside the pool, so a kernel that follows one reads outside the
+    cache. V of KV head j is shifted by j, so reading the wrong KV head gives visibly wrong outputs.
     """
     device = device or runtime.DEVICE
+    if table_layout not in TABLE_LAYOUTS:
+        raise ValueError(f"table_layout must be one of {TABLE_LAYOUTS}; got {table_layout!r}")
     gen = torch.Generator().manual_seed(seed)
-    q = _make((batch, n_q_heads, n_new, head_dim), dtype, layout, gen, device)
+    q = _make((batch, n_q_heads, n_new, head_dim), dtype, q_layout or layout, gen, device)
     table = None
     if page_size is None:
         k = _make((batch, n_kv_heads, capacity, head_dim), dtype, layout, gen, device)
@@ -131,8 +160,21 @@ def decode_inputs(seed=0, batch=2, n_q_heads=4, n_kv_heads=2, n_new=1, head_dim=
             pages, slots = table[b, positions // page_size].long(), positions % page_size
             k[pages, slots] = torch.randn((n, n_kv_heads, head_dim), generator=gen)
             v[pages, slots] = torch.randn((n, n_kv_heads, head_dim), generator=gen) + shift.view(1, -1, 1)
-        k, v, table = k.to(device, dtype), v.to(device, dtype), table.to(device)
+            table[b, -(-n // page_size):] = poison_page(n_blocks)
+        k, v = k.to(device, dtype), v.to(device, dtype)
+        table = _table_in_layout(table.to(device), table_layout, poison_page(n_blocks))
     return q, k, v, torch.tensor(seqlens, dtype=torch.int32, device=device), table
+
+
+def _table_in_layout(table, table_layout, poison):
+    """The same [B, max_pages] entries, stored as ``table_layout`` says."""
+    if table_layout == "transposed":
+        return table.t().contiguous().t()
+    if table_layout == "strided":
+        wide = torch.full((table.shape[0], 2 * table.shape[1]), poison, dtype=table.dtype, device=table.device)
+        wide[:, ::2] = table
+        return wide[:, ::2]
+    return table
 
 
 def peaked_qkv(seed=0, block=16, seq_len=None, batch=1, n_q_heads=4, n_kv_heads=2, head_dim=16, device=None):

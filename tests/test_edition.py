@@ -53,10 +53,10 @@ def test_no_solution_line_can_be_read_in_the_edition(student_edition):
 
 
 def test_the_leak_check_finds_a_planted_line():
-    # A check that cannot fail proves nothing: the mutant catalog quotes solution lines (which is why the
-    # edition leaves it out), and a notebook output that printed one is found too.
-    catalog = (COURSE / "tests" / "mutants" / "catalog.py").read_bytes()
-    assert edition.leaks({"tests/mutants/catalog.py": catalog}, SOLUTIONS)
+    # A check that cannot fail proves nothing: the mutants quote solution lines (which is why the
+    # edition leaves them out), and a notebook output that printed one is found too.
+    mutants = (COURSE / "tests" / "mutants" / "forward.py").read_bytes()
+    assert edition.leaks({"tests/mutants/forward.py": mutants}, SOLUTIONS)
     line = release.solution_lines((SOLUTIONS / "forward.py").read_text())["4"][0]
     notebook = {"cells": [{"cell_type": "code", "source": ["print(1)"],
                            "outputs": [{"output_type": "stream", "text": ["  " + line.replace(" ", "  ")]}]}]}

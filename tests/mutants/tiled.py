@@ -1,0 +1,25 @@
+"""Classic bugs of tiled.py: see catalog.py for what a mutant is."""
+
+from mutants.catalog import _m
+
+MUTANTS = [
+    _m("tiled_group_size_inverted", "tiled.py", "group size from the wrong division (Hkv // Hq)",
+       ("device=q.device) // (n_q_heads // n_kv_heads)", "device=q.device) // (n_kv_heads // n_q_heads)")),
+    _m("tiled_no_acc_rescale", "tiled.py", "acc is not rescaled when the max grows",
+       ("acc = alpha[..., None] * acc + p @ v_tile", "acc = acc + p @ v_tile")),
+    _m("tiled_no_l_rescale", "tiled.py", "l_i is not rescaled when the max grows",
+       ("l_i = alpha * l_i + p.sum(dim=-1)", "l_i = l_i + p.sum(dim=-1)")),
+    _m("tiled_mask_off_by_one", "tiled.py", "causal mask hides the diagonal (>= for >)",
+       ("future = k_idx[None, :] > q_idx[:, None]", "future = k_idx[None, :] >= q_idx[:, None]")),
+    _m("tiled_no_causal_mask", "tiled.py", "mask never applied: only the skipped tiles are causal",
+       ('return s.masked_fill(future, float("-inf"))', "return s")),
+    _m("tiled_lse_without_max", "tiled.py", "LSE = log(l_i), forgetting the max",
+       ("lse_rows = m_i + torch.log(l_i)", "lse_rows = torch.log(l_i)")),
+    _m("tiled_running_max_forgotten", "tiled.py",
+       "m_new is the tile's max, not max(m_i, tile max): NaN on a fully masked row, overflow when scores fall",
+       ("m_new = torch.maximum(m_i, s.amax(dim=-1))", "m_new = s.amax(dim=-1)")),
+    _m("tiled_causal_visits_every_key_tile", "tiled.py",
+       "the causal key loop walks every key tile and masks the future instead of skipping it: right answer, "
+       "twice the work",
+       ("kv_end = q_end if causal else seq_len", "kv_end = seq_len")),
+]
