@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -231,8 +232,8 @@ def mismatch(what, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col
     NaN or inf in ``out`` always counts as wrong. Shape and dtype problems are
     reported as a Mismatch with an empty index.
     """
-    if not isinstance(out, torch.Tensor):
-        return _shape_problem(what, f"expected a tensor, got {type(out).__name__}")
+    if type(out) is not torch.Tensor:  # a subclass could compute its values later, outside the graded call
+        return _shape_problem(what, f"expected a plain torch.Tensor, got {type(out).__name__}")
     if tuple(out.shape) != tuple(ref.shape):
         return _shape_problem(what, f"expected shape {list(ref.shape)}, got {list(out.shape)}")
     got = out.detach().to("cpu", torch.float64)
@@ -339,26 +340,49 @@ _LAUNCHER_OPS = {
 }
 
 
+# The graded module behind each kernel entry point: kernel_only checks that module's own work.
+_PART_OF = {"flash_attention_forward": "forward", "flash_attention_backward": "backward", "flash_decode": "decode"}
+_INFER = object()
+
+
 class kernel_only:
-    """Context manager: the code inside may compute only in Triton kernels.
+    """Context manager: the code inside may compute only in Triton kernels, its own, at addresses it was given.
 
     ``with kernel_only() as launches: ...`` raises :class:`KernelOnlyViolation`
-    as soon as the code inside calls SDPA, a softmax or a matrix product of
+    as soon as the code inside calls a softmax or a matrix product of
     PyTorch's, or any other PyTorch computation than allocating, viewing and
     copying tensors (checked on every ATen op through a dispatch mode), and
     ``launches.count`` is the number of Triton kernel launches (compiled or
     interpreted) made inside. Inside a launch (Triton's own bookkeeping, the
     autotuner's timing) PyTorch is left alone.
+
+    It also holds the graded module ``part`` (by default the one behind
+    ``what``: forward, backward or decode) to its own work
+    (:class:`gqa_flash.integrity.own_work`: PyTorch's attention, the course's
+    kernels, reference and checks raise an ``integrity:`` violation), and in
+    the interpreter checks every address a kernel loads or stores
+    (:class:`gqa_flash.address_check.checked_addresses`), so that a wrong
+    address fails the test instead of crashing the run. ``part=None``: no
+    integrity check (a test's own probe kernel).
     """
 
-    def __init__(self, what="flash_attention_forward"):
+    def __init__(self, what="flash_attention_forward", part=_INFER):
         self.what = what
+        self.part = _PART_OF.get(what) if part is _INFER else part
         self.count = 0
         self._saved = []
         self._inside_triton = 0
         self._mode = None
+        self._guards = []
 
     def _refuse(self, name):
+        from gqa_flash import integrity
+
+        if integrity.attention_op(name):
+            graded = self._guards[0]._graded_frame(sys._getframe(1)) if self.part else None
+            if self.part:
+                raise self._guards[0]._violation(graded, f"called PyTorch's {name}")
+            raise integrity.IntegrityViolation(f"{integrity.PREFIX}{self.what} called PyTorch's {name}")
         raise KernelOnlyViolation(
             f"{self.what} must compute attention in the Triton kernel, but it called {name}"
         )
@@ -400,6 +424,12 @@ class kernel_only:
         from triton.runtime.interpreter import InterpretedFunction
         from triton.runtime.jit import JITFunction
 
+        from gqa_flash.address_check import checked_addresses
+        from gqa_flash.integrity import own_work
+
+        self._guards = ([own_work(self.part, self.what)] if self.part else []) + [checked_addresses()]
+        for guard in self._guards:
+            guard.__enter__()
         for owner, name in _FORBIDDEN:
             self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
             setattr(owner, name, self._forbid(owner, name))
@@ -415,6 +445,14 @@ class kernel_only:
         for owner, name, original in reversed(self._saved):
             setattr(owner, name, original)
         self._saved.clear()
+        found = None
+        for guard in reversed(self._guards):  # each restores what it patched, then may take a violation back out
+            try:
+                guard.__exit__(*exc)
+            except AssertionError as e:  # of Triton's wrapping: raised once all are restored
+                found = found or e
+        if found is not None:
+            raise found from None
         return False
 
 
@@ -460,7 +498,8 @@ def score_tiles_per_program(seq_len=100, head_dim=32, causal=True, batch=1, n_q_
 
     InterpreterBuilder.create_dot = counting
     try:
-        gqa_flash.flash_attention_forward(q, k, v, causal=causal)
+        with kernel_only():  # the student's own kernel, at addresses it was given
+            gqa_flash.flash_attention_forward(q, k, v, causal=causal)
     finally:
         InterpreterBuilder.create_dot = original
     return {f"{t},{bh}": n for (t, bh), n in sorted(counts.items())}, config
@@ -478,6 +517,11 @@ def _in_interpreter_process(name, **kwargs):
     done = subprocess.run([sys.executable, "-c", code, json.dumps(kwargs)], capture_output=True, text=True,
                           env=env, timeout=300)
     if done.returncode != 0:
+        from gqa_flash import integrity
+
+        for line in reversed(done.stderr.splitlines()):  # the child's verdict on whose work it was
+            if "IntegrityViolation: " + integrity.PREFIX in line:
+                raise integrity.IntegrityViolation(line.split("IntegrityViolation: ", 1)[1])
         raise RuntimeError(f"{name} failed in the interpreter:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -518,6 +562,7 @@ class ScoreProducts(TorchFunctionMode):
     def __init__(self, head_dim):
         super().__init__()
         self.head_dim, self.products, self.elements = head_dim, 0, 0
+        self.largest = (0, 0)  # the most rows and the most keys of any score product: its tile
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -528,4 +573,6 @@ class ScoreProducts(TorchFunctionMode):
             if len(with_head_dim) >= 2 and self.head_dim not in result.shape:
                 self.products += 1
                 self.elements += result.numel()
+                rows, keys = result.shape[-2:] if result.dim() >= 2 else (1, result.shape[-1])
+                self.largest = (max(self.largest[0], rows), max(self.largest[1], keys))
         return result

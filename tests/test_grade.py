@@ -549,3 +549,20 @@ def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_p
     assert len(hidden_tests) == 2 and all(t["status"] == "passed" for t in hidden_tests)
     assert all(t["max_score"] == 2.5 for t in hidden_tests)
     assert sorted(p.name for p in root.iterdir()) == ["results", "source", "submission"]
+
+
+def test_the_gradescope_fallback_is_json_when_the_grader_cannot_start(tmp_path):
+    # run_autograder with a Python that does not exist: the grader never runs, and the one file meant to tell
+    # the student to ask their instructor must still be JSON that Gradescope accepts.
+    bundle = tmp_path / "autograder.zip"
+    assert grade.main(["--gradescope-bundle", str(bundle)]) == 0
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(bundle) as z:
+        z.extractall(root / "source")
+    folder(root, "submission", {"naive.py": solution("naive.py")})
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), GQA_FLASH_PYTHON=str(tmp_path / "no-such-python"))
+    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    results = json.loads((root / "results" / "results.json").read_text())  # raises unless valid JSON
+    assert results["score"] == 0 and results["tests"] == [], results
+    assert "tell your instructor" in results["output"], (proc.stderr, results)

@@ -1,11 +1,13 @@
-"""The graded tests bite: every classic student bug in tests/mutants/catalog.py costs points.
+"""The graded tests bite: every classic student bug in tests/mutants/ costs points, in proportion to its harm.
 
 Each mutant is a solution file with one bug in it. It is graded like a
-submission, on the tests of the module it touches only (the other modules
-would just add their startup time), several at a time, and its grading stops
-at its first failing test (losing points is all it must do; the tests it
-never ran count as lost in the table below); the solutions, graded in full
-alongside, must score 100.
+submission, in full, on the tests of the module it touches only (the other
+modules would just add their startup time), several at a time; the
+solutions, graded alongside, must score 100.
+
+Each mutant must lose at least its ``loses`` points (the catalog says how
+many, by the rule in the README's grading section: a bug that shows in
+ordinary use loses at least half its part), and always at least one test's.
 
 A mutant that keeps all its points is a hole in the graded tests: the
 catalog marks it ``survives`` (why), and its test here is a strict expected
@@ -61,20 +63,18 @@ def graded(tmp_path_factory):
 
     def run(job):
         name, src, only = job
-        # A mutant only has to lose points: its grading stops at the first failing test.
-        limits = testrun.Limits(first_failure=name != "solutions")
-        return name, grade.grade(src, course=course, only=only, workdir=work, limits=limits)
+        return name, grade.grade(src, course=course, only=only, workdir=work, limits=testrun.Limits())
 
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         reports = dict(pool.map(run, jobs))
     print(f"\ngraded {len(MUTANTS)} mutants and the solutions in {time.monotonic() - start:.0f} s")
-    print(f"{'mutant':<34}{'module':<16}{'points lost':>12}  first failure (grading stops there)")
+    print(f"{'mutant':<42}{'module':<16}{'points lost':>12}  (floor)  first failure")
     for m in MUTANTS:
         r = reports[m.name]
         first = next((t.message for t in r.tests if not t.passed), "")
         got, worth = sum(t.score for t in r.tests), sum(t.max_score for t in r.tests)
-        print(f"{m.name:<34}{m.module:<16}{worth - got:>6.2f} / {worth:<4.0f} {first[:70]}")
+        print(f"{m.name:<42}{m.module:<16}{worth - got:>6.2f} / {worth:<4.0f} ({m.loses:>4g})  {first[:60]}")
     return reports
 
 
@@ -100,3 +100,6 @@ def test_the_mutant_loses_points_in_the_module_it_touches(graded, mutant):
     assert got < worth, (
         f"mutant {mutant.name} ({mutant.bug}) keeps all {worth:g} points of {mutant.file}: "
         f"no graded test catches it\n{grade.table(report)}")
+    assert worth - got >= mutant.loses - 1e-9, (
+        f"mutant {mutant.name} ({mutant.bug}) loses {worth - got:.4g} of {worth:g} points of {mutant.file}, "
+        f"fewer than the {mutant.loses:g} its harm calls for\n{grade.table(report)}")

@@ -62,6 +62,9 @@ class Report:
     # Set when no grade could be given (the grader failed, or no test reported a result): such a
     # submission is not a 0, it is for a person to look at, and a batch run again grades it again.
     error: str | None = None
+    # Work that was not the student's own: a part that reached the course's kernels, reference or checks
+    # (scored 0, see zero_parts_not_own), and code worth a look (submission.py's "review" flags).
+    integrity: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -88,11 +91,28 @@ class Report:
         lines = [f"gqa-flash: {_num(self.score)} / {_num(self.max_score)} points"]
         if self.error is not None:
             lines = [f"gqa-flash: not graded ({self.error}); ask the course staff to look at this submission"]
+        lines.extend(f"INTEGRITY: {flag}" for flag in self.integrity)
         for tests in self.parts().values():
             got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
             lines.append(f"  {_part_name(tests[0])}: {_num(got)} / {_num(worth)}  {_verdict(tests)}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def zero_parts_not_own(tests: list[TestResult]) -> list[str]:
+    """Score 0 every part one of whose tests found its work was not the student's own; one line per such part.
+
+    A kernel that hands its work to the course's fast kernels fails only the tests that see it (the
+    causal-skip count, say) and passes the rest: none of its points are the student's, so none count."""
+    flags = []
+    for part in dict.fromkeys(t.part for t in tests if t.integrity):
+        first = next(t for t in tests if t.part == part and t.integrity)
+        flags.append(f"{part}.py scores 0: {first.message.removeprefix('integrity: ')} (test {first.name})")
+        for t in tests:
+            if t.part == part and t.passed:
+                t.passed = False
+                t.message = f"0 points: {part}.py did not do its own work (see {first.name})"
+    return flags
 
 
 def _num(x: float) -> str:
@@ -133,6 +153,7 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
         run = testrun.run_tests(course, sub.files, scratch, test_files, limits)
         report.tests = run.tests
         report.notes.extend(run.notes)
+        report.integrity = zero_parts_not_own(report.tests) + list(sub.flags)
     except Exception as e:  # a bug of the grader's own must not stop a batch
         report.error = f"the grader failed on this submission: {type(e).__name__}: {e}"
         report.notes.append(report.error)
@@ -151,7 +172,8 @@ def table(report: Report) -> str:
         return "\n".join([f"{report.submission}: NOT GRADED ({report.seconds:.0f} s): {report.error}", "",
                           "notes:", *[f"  - {n}" for n in report.notes]])
     rows = [f"{report.submission}: {_num(report.score)} / {_num(report.max_score)} points "
-            f"({report.seconds:.0f} s)", "", f"  {'part':<24} {'points':>11}  verdict"]
+            f"({report.seconds:.0f} s)", *[f"  INTEGRITY: {flag}" for flag in report.integrity], "",
+            f"  {'part':<24} {'points':>11}  verdict"]
     for tests in report.parts().values():
         got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
         rows.append(f"  {_part_name(tests[0]):<24} {_num(got):>5} / {_num(worth):<3}  {_verdict(tests)}")
@@ -185,7 +207,7 @@ class GradeBook:
         self.path = Path(path)
         self.parts = parts
         self.columns = ["submission", "score", "max_score", *parts, *(["hidden"] if hidden else []),
-                        "seconds", "notes"]
+                        "integrity", "seconds", "notes"]
         self.done: set[str] = set()
         if self.path.exists() and self.path.stat().st_size:
             with open(self.path, newline="") as f:
@@ -203,7 +225,8 @@ class GradeBook:
 
     def add(self, report: Report) -> None:
         row = {"submission": report.submission, "score": _num(report.score), "max_score": _num(report.max_score),
-               "seconds": f"{report.seconds:.0f}", "notes": " | ".join(report.notes)[:1000]}
+               "seconds": f"{report.seconds:.0f}", "notes": " | ".join(report.notes)[:1000],
+               "integrity": " | ".join(report.integrity)[:1000]}
         if report.error is not None:
             row["score"] = self.ERROR
         for part in self.parts:
@@ -396,6 +419,7 @@ def _main(argv: list[str] | None) -> int:
             if book is not None:
                 book.add(report)
             flag = f"  ({len(report.notes)} note{'s' * (len(report.notes) != 1)})" if report.notes else ""
+            flag += "  INTEGRITY: " + "; ".join(report.integrity) if report.integrity else ""
             score = "ERROR" if report.error is not None else f"{_num(report.score):>6} / {_num(report.max_score)}"
             progress.done(f"{score}  {report.submission}{flag}")
 

@@ -105,9 +105,11 @@ mkdir -p "$ROOT/results"
 cd "$ROOT/source"
 PYTHONPATH="$ROOT/source" "$PYTHON" -m gqa_flash.grader "$ROOT/submission" --out "$RESULTS" \\
     --timeout {timeout}{extra}
-if [ ! -s "$RESULTS" ]; then  # the grader itself failed: say so rather than leave Gradescope guessing
-    MESSAGE="The autograder failed before it could grade this submission. Please tell your instructor."
-    echo "{{\"score\": 0, \"output\": \"$MESSAGE\"}}" > "$RESULTS"
+if [ ! -s "$RESULTS" ]; then  # the grader itself failed: say so (in JSON) rather than leave Gradescope guessing
+    cat > "$RESULTS" <<'JSON'
+{{"score": 0, "visibility": "visible", "tests": [],
+ "output": "The autograder failed before it could grade this submission. Please tell your instructor."}}
+JSON
 fi
 """
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import pytest
 
+from gqa_flash import integrity
 from gqa_flash.layout import GRADED_FILES
 from gqa_flash.grader.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
 
@@ -68,6 +69,7 @@ class _Recorder:
             self.strikes[part] = int(n)
         self.rootdir = Path(config.rootpath)
         self.outcome = {}  # nodeid -> (passed, message, timed_out) so far, over setup/call/teardown
+        self.integrity = set()  # nodeids whose graded call was not the student's own work
         self.started = {}
         self.parts = {}  # nodeid -> part
 
@@ -127,6 +129,8 @@ class _Recorder:
             self.outcome[report.nodeid] = (False, f"not run: {reason}", False)
         elif report.failed:
             message, timed_out = describe(excinfo, graded_files)
+            if excinfo is not None and integrity.is_violation(excinfo.value):
+                self.integrity.add(report.nodeid)
             message = message.replace(f"{self.rootdir}{os.sep}", "")  # paths relative to the course copy
             self.outcome[report.nodeid] = (False, message, timed_out)
 
@@ -137,18 +141,20 @@ class _Recorder:
             self.strikes[part] = self.strikes.get(part, 0) + 1
         seconds = time.monotonic() - self.started.pop(nodeid, time.monotonic())
         self.write(event="result", id=nodeid, passed=passed, message=message,
-                   timed_out=timed_out, seconds=round(seconds, 3))
+                   timed_out=timed_out, seconds=round(seconds, 3), integrity=nodeid in self.integrity)
 
 
 def describe(excinfo, graded_files) -> tuple[str, bool]:
     """One line: what went wrong, and where in the submission's files. Also: was it a timeout?"""
     if excinfo is None:
         return "failed", False
-    exc = excinfo.value
+    exc = integrity.unwrap(excinfo.value) or excinfo.value  # the course's own message, out of Triton's wrapping
     text = str(exc)
     if "Timeout" in text and "pytest-timeout" in text:
         seconds = text.split("(>", 1)[-1].split("s)", 1)[0].removesuffix(".0")
         return f"timed out after {seconds} s: an endless loop, or far too slow", True
+    if integrity.unwrap(exc) is not None:  # integrity: or address check: the message says it all
+        return text.strip().splitlines()[0][:2 * MESSAGE_CHARS], False
     if isinstance(exc, pytest.fail.Exception):  # pytest.fail(...): the message says it all
         return text.strip().splitlines()[0][:MESSAGE_CHARS] if text.strip() else "failed", False
     if isinstance(exc, SyntaxError) and exc.filename:

@@ -15,7 +15,12 @@ every surprise becomes a note the student will read in the results:
   import;
 * an import that graded code does not need (``ctypes``, ``subprocess``, the
   course's test helpers) or a call to ``exec``, ``open``, ``setattr``...: a
-  line for the instructor to review.
+  line for the instructor to review;
+* a name that reaches the course's answers or its guards (``fast_attention_forward``,
+  ``gqa_flash.reference``, ``gqa_flash.lab``, ``sys._getframe``...): an integrity
+  flag for the instructor, in the grader's ``integrity`` column. It costs no
+  points by itself; a call that runs one during a graded test does
+  (``gqa_flash.integrity``).
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ SKIPPED_DIRS = {"__MACOSX", "__pycache__", ".ipynb_checkpoints", ".git"}
 USUAL_IMPORTS = {"torch", "triton", "math", "numpy", "typing", "__future__", "functools", "dataclasses"}
 UNUSUAL_CALLS = {"__import__", "exec", "eval", "compile", "open", "setattr", "globals", "vars"}
 USUAL_COURSE_IMPORTS = {"gqa_flash", "gqa_flash.runtime"} | {f"gqa_flash.{m}" for m in layout.GRADED_MODULES}
+# Names through which graded code could reach the course's answers, or its guards: worth an integrity flag.
+ANSWER_NAMES = {"fast", "fast_attention_forward", "fast_attention_backward", "reference", "reference_attention",
+                "reference_decode", "reference_gradients", "reference_softmax", "lab", "checks", "solutions",
+                "integrity", "address_check", "testing", "kernel_only", "_getframe", "settrace", "setprofile",
+                "scaled_dot_product_attention", "flex_attention"}
 
 
 @dataclass
@@ -44,6 +54,7 @@ class Submission:
     name: str  # as it appears in tables and CSV rows
     files: dict[str, bytes] = field(default_factory=dict)  # graded file name -> content
     notes: list[str] = field(default_factory=list)  # for the student and the instructor
+    flags: list[str] = field(default_factory=list)  # integrity: names that reach the course's answers
 
 
 def read(source: Path | None, expected=GRADED_FILES) -> Submission:
@@ -76,6 +87,7 @@ def read(source: Path | None, expected=GRADED_FILES) -> Submission:
     _choose(candidates, sub)
     for name, content in sub.files.items():
         sub.notes.extend(_check_code(name, content))
+        sub.flags.extend(_answer_names(name, content))
     missing = [n for n in expected if n not in sub.files]
     if not sub.files:
         sub.notes.append(f"no graded file found (expected {', '.join(expected)}): every part is graded as its stub")
@@ -194,3 +206,27 @@ def _check_code(name: str, content: bytes) -> list[str]:
     if calls:
         notes.append(f"review: {name} calls {', '.join(sorted(calls))}")
     return notes
+
+
+def _answer_names(name: str, content: bytes) -> list[str]:
+    """'review: forward.py names gqa_flash.fast_attention_forward (line 12)': names that reach the course's answers.
+
+    Attributes, imports and strings only (a local variable called ``reference`` is no one's business)."""
+    try:
+        tree = ast.parse(content, filename=name)
+    except (SyntaxError, ValueError):
+        return []
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Attribute) and node.attr in ANSWER_NAMES:
+            names = [node.attr]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] + ([node.module] if getattr(node, "module", None) else [])
+            names = [m for m in modules if set(m.split(".")) & ANSWER_NAMES]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("gqa_flash."):
+            names = [node.value] if set(node.value.split(".")) & ANSWER_NAMES else []
+        for n in names:
+            found.setdefault(n, getattr(node, "lineno", 0))
+    return [f"review: {name} names {n} (line {line}), which reaches the course's own answers or checks"
+            for n, line in sorted(found.items(), key=lambda kv: kv[1])]

@@ -67,6 +67,7 @@ class TestResult:
     hidden: bool = False  # an instructor's extra test
     bonus: bool = False  # a bonus module's test: its points are on top of the maximum
     seconds: float = 0.0
+    integrity: bool = False  # failed because the graded call was not the student's own work (integrity.py)
 
     @property
     def score(self) -> float:
@@ -135,7 +136,8 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
         done_before = len(done)
         for test_id, rec in run.results.items():
             if test_id in collected and test_id not in done:
-                done[test_id] = _result(collected[test_id], rec["passed"], rec["message"], rec.get("seconds", 0.0))
+                done[test_id] = _result(collected[test_id], rec["passed"], rec["message"], rec.get("seconds", 0.0),
+                                        integrity=rec.get("integrity") is True)
                 if rec.get("timed_out"):
                     strikes[collected[test_id]["part"]] = strikes.get(collected[test_id]["part"], 0) + 1
         if run.in_progress in collected and run.in_progress not in done:
@@ -169,10 +171,11 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
     return report
 
 
-def _result(info: dict, passed: bool, message: str, seconds: float) -> TestResult:
+def _result(info: dict, passed: bool, message: str, seconds: float, integrity: bool = False) -> TestResult:
     return TestResult(id=info["id"], part=info["part"], name=info["name"], max_score=info["max_score"],
                       passed=passed, message=message, hidden=info.get("hidden", False), seconds=seconds,
-                      bonus=info["part"] in sandbox.BONUS_PARTS and not info.get("hidden", False))
+                      bonus=info["part"] in sandbox.BONUS_PARTS and not info.get("hidden", False),
+                      integrity=integrity and not passed)
 
 
 @dataclass

@@ -5,36 +5,53 @@ import torch
 
 import gqa_flash
 from gqa_flash import testing
+from gqa_flash.integrity import own_work
 from gqa_flash.testing import assert_attention_matches, case_context, peaked_qkv, random_qkv
 
 
-def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, block_n=16, lse=False, qkv=None,
+def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, block_n=8, lse=False, qkv=None,
           **shape):
     q, k, v = qkv if qkv is not None else random_qkv(dtype=dtype, seed=seed, device="cpu", **shape)
-    result = gqa_flash.tiled_attention(
-        q, k, v, causal=causal, sm_scale=sm_scale, block_m=block_m, block_n=block_n, return_lse=lse
-    )
-    assert_attention_matches(result, q, k, v, causal=causal, sm_scale=sm_scale, return_lse=lse,
-                             context=case_context(seed, q, k, causal, f"block_m={block_m}, block_n={block_n}"))
+    # tiled.py's own code does the work (not the reference, not naive attention), one tile of scores at a
+    # time: every case counts the score products (each case's head dim is no other size of it).
+    with own_work("tiled", "tiled_attention"), testing.ScoreProducts(q.shape[-1]) as counted:
+        result = gqa_flash.tiled_attention(
+            q, k, v, causal=causal, sm_scale=sm_scale, block_m=block_m, block_n=block_n, return_lse=lse
+        )
+    context = case_context(seed, q, k, causal, f"block_m={block_m}, block_n={block_n}")
+    assert_walks_tiles(counted, block_m, block_n, q.shape[2], context)
+    assert_attention_matches(result, q, k, v, causal=causal, sm_scale=sm_scale, return_lse=lse, context=context)
+
+
+def assert_walks_tiles(counted, block_m, block_n, seq_len, context):
+    assert counted.products > 0, (
+        "no tile of scores was computed with a matrix product: compute each one as q_tile @ k_tile^T "
+        f"(the @ operator or torch.matmul), as the kernel will with tl.dot; {context}")
+    rows, keys = counted.largest
+    assert rows <= block_m and keys <= block_n, (
+        f"scores were computed {rows} queries by {keys} keys at once, where tiled_attention walks tiles of at "
+        f"most block_m={block_m} queries by block_n={block_n} keys (seq_len {seq_len}): the tile walk is the "
+        f"exercise; {context}")
 
 
 @pytest.mark.points(2)
 @pytest.mark.timeout(60)
 def test_tiled_causal_mha(seed):
-    check(seed, causal=True, batch=2, n_q_heads=2, n_kv_heads=2, seq_len=64, head_dim=16)
+    check(seed, causal=True, lse=True, batch=2, n_q_heads=2, n_kv_heads=2, seq_len=64, head_dim=24)
 
 
 @pytest.mark.points(2)
 @pytest.mark.timeout(60)
 def test_tiled_non_causal(seed):
-    check(seed, causal=False, batch=1, n_q_heads=3, n_kv_heads=3, seq_len=48, head_dim=16)
+    check(seed, causal=False, lse=True, batch=1, n_q_heads=6, n_kv_heads=3, seq_len=45, head_dim=24)
 
 
 @pytest.mark.points(3)
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("n_q_heads,n_kv_heads", [(8, 2), (4, 1)])
 def test_tiled_gqa_head_mapping(seed, n_q_heads, n_kv_heads):
-    check(seed, causal=True, batch=1, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=32, head_dim=16)
+    check(seed, causal=True, lse=True, batch=1, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=37,
+          head_dim=24)
 
 
 @pytest.mark.points(5)
@@ -46,8 +63,8 @@ def test_tiled_gqa_head_mapping(seed, n_q_heads, n_kv_heads):
 def test_tiled_ragged_tiles(seed, seq_len, block_m, block_n, causal):
     # Sequence lengths that are not multiples of the tiles, tiles of different
     # heights and widths, and tiles larger than the whole sequence.
-    check(seed, causal=causal, block_m=block_m, block_n=block_n, batch=1, n_q_heads=2, n_kv_heads=1,
-          seq_len=seq_len, head_dim=16)
+    check(seed, causal=causal, lse=True, block_m=block_m, block_n=block_n, batch=1, n_q_heads=2, n_kv_heads=1,
+          seq_len=seq_len, head_dim=24)
 
 
 @pytest.mark.points(4)
@@ -55,7 +72,7 @@ def test_tiled_ragged_tiles(seed, seq_len, block_m, block_n, causal):
 @pytest.mark.parametrize("causal", [True, False])
 def test_tiled_lse_natural_log(seed, causal):
     # LSE = log(sum_j exp(scaled score_ij)), natural log, float32, [B, Hq, N].
-    check(seed, causal=causal, lse=True, batch=2, n_q_heads=4, n_kv_heads=2, seq_len=40, head_dim=16)
+    check(seed, causal=causal, lse=True, batch=2, n_q_heads=4, n_kv_heads=2, seq_len=40, head_dim=24)
 
 
 @pytest.mark.points(2)
@@ -73,7 +90,7 @@ def test_tiled_peaked_scores(seed, causal):
     # about 200 above those in later blocks. The running max must stay the
     # largest score seen so far; a "max" that drops to a later block's makes
     # exp(m_old - m_new) = exp(200), which overflows float32.
-    check(seed, causal=causal, lse=True, qkv=peaked_qkv(seed=seed, block=16, device="cpu"))
+    check(seed, causal=causal, lse=True, qkv=peaked_qkv(seed=seed, block=16, head_dim=24, device="cpu"))
 
 
 # --- Causal skipping, counted (not timed) ------------------------------------------------
@@ -88,7 +105,7 @@ def test_tiled_causal_skips_future_key_tiles(seed):
     batch, n_q_heads, seq_len, head_dim, block_m, block_n = 1, 2, 50, 24, 16, 8
     q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=1, seq_len=seq_len, head_dim=head_dim,
                          seed=seed, device="cpu")
-    with testing.ScoreProducts(head_dim) as counted:
+    with own_work("tiled", "tiled_attention"), testing.ScoreProducts(head_dim) as counted:
         out = gqa_flash.tiled_attention(q, k, v, causal=True, block_m=block_m, block_n=block_n)
     assert counted.products > 0, (
         "no tile of scores was computed with a matrix product: compute each one as q_tile @ k_tile^T "

@@ -1,0 +1,221 @@
+"""The student's own work: what a graded call may reach.
+
+A graded test passes only when the student's code computed the answer. While a
+test runs a graded module (``with own_work("forward"): ...``), the work must be
+done by that module's own code:
+
+* every Triton kernel launched is one the graded file defines (its given code
+  included), never one of the course's fast kernels, a notebook probe or
+  another file's kernel;
+* the course's answers are out of reach: the fast kernels and their public
+  entry points (``gqa_flash.fast``, ``gqa_flash.fast_attention_forward``...),
+  the float64 reference (``gqa_flash.reference``), the notebook checks and their
+  models (``gqa_flash.lab``), the completed files (``solutions/``), and PyTorch's
+  own attention (``F.scaled_dot_product_attention``, FlexAttention).
+
+A call that reaches one raises :class:`IntegrityViolation`, whose message names
+the graded file, its line and what it called, and starts with ``integrity:``.
+The grader scores the whole part 0 for it and flags the submission in its own
+CSV column; a plain ``pytest tests/graded`` run does the same in its table.
+
+How it sees them, cheaply: every PyTorch call made inside (a function mode)
+looks at the Python stack for a frame of a forbidden file or function, and every
+Triton launch (and, in the interpreter, every call of a ``@triton.jit`` helper)
+checks the file the kernel was defined in. What it cannot stop: a submission
+written to defeat it (it runs in the tests' own process, and can patch this
+module); README, "What the grader does not stop".
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from torch.overrides import TorchFunctionMode
+
+from gqa_flash import impl
+from gqa_flash.layout import COURSE_DIR, PACKAGE_DIR
+
+PREFIX = "integrity: "
+
+# The course's answers: files whose code a graded call may never run.
+_FORBIDDEN_DIRS = (PACKAGE_DIR / "fast", PACKAGE_DIR / "lab", impl.SOLUTIONS_DIR)
+_FORBIDDEN_FILES = (PACKAGE_DIR / "reference.py",)
+# Public entry points of the fast kernels (in api.py, beside the graded ones): forbidden by name.
+_FORBIDDEN_API = ("fast_attention_forward", "fast_attention_backward")
+# PyTorch's attention, by the words in its operators' names (SDPA and its backends, FlexAttention).
+_ATTENTION_WORDS = ("scaled_dot_product", "flex_attention", "_flash_attention", "_efficient_attention",
+                    "cudnn_attention")
+
+
+class IntegrityViolation(AssertionError):
+    """A graded call reached code that is not the student's: the course's kernels, reference or checks."""
+
+
+def _forbidden_file(filename: str) -> bool:
+    try:
+        path = Path(filename).resolve()
+    except (OSError, ValueError):
+        return False
+    return path in _FORBIDDEN_FILES or any(d in path.parents for d in _FORBIDDEN_DIRS)
+
+
+def _forbidden_frame(frame) -> bool:
+    code = frame.f_code
+    if code.co_name in _FORBIDDEN_API and Path(code.co_filename).name == "api.py":
+        return True
+    return _forbidden_file(code.co_filename)
+
+
+def _name_of(frame) -> str:
+    """How a student would write the call: gqa_flash.fast_attention_forward, gqa_flash.reference.reference_attention."""
+    code = frame.f_code
+    if code.co_name in _FORBIDDEN_API and Path(code.co_filename).name == "api.py":
+        return f"gqa_flash.{code.co_name}"
+    module = frame.f_globals.get("__name__", Path(code.co_filename).stem)
+    return f"{module}.{getattr(code, 'co_qualname', code.co_name)}"
+
+
+def _where(path) -> str:
+    path = Path(path).resolve()
+    return path.relative_to(COURSE_DIR).as_posix() if COURSE_DIR in path.parents else str(path)
+
+
+class own_work:
+    """Context manager: inside, graded module ``part`` must do its own work (see the module's docstring).
+
+    ``what`` names the call in messages ("flash_attention_forward").
+    """
+
+    def __init__(self, part: str, what: str | None = None):
+        self.part = part
+        self.what = what or part
+        self.file = Path(impl.path_of(part)).resolve()
+        self._saved: list = []
+        self._mode = None
+        self._entry = None  # the frame that entered: the stack above it is the caller's, not the graded call's
+
+    # --- what the student's line was ------------------------------------------------
+
+    def _graded_frame(self, start):
+        """The innermost frame of the graded file at or above ``start`` (None: none on the stack)."""
+        frame = start
+        while frame is not None:
+            if Path(frame.f_code.co_filename).resolve() == self.file:
+                return frame
+            frame = frame.f_back
+        return None
+
+    def _violation(self, graded, did: str) -> IntegrityViolation:
+        where = f"{self.file.name} line {graded.f_lineno}" if graded is not None else self.file.name
+        return IntegrityViolation(
+            f"{PREFIX}{where} {did}: the graded {self.part}.py must do its own work (torch, triton and its own "
+            "code; not the course's kernels, reference or checks, nor PyTorch's attention), so this part scores 0")
+
+    def check_stack(self) -> None:
+        """Raise if the Python stack runs a forbidden file's code (called from a PyTorch call's hook)."""
+        frame = sys._getframe(1)
+        outermost = None
+        while frame is not None and frame is not self._entry:
+            if _forbidden_frame(frame) and Path(frame.f_code.co_filename).resolve() != self.file:
+                outermost = frame
+            frame = frame.f_back
+        if outermost is not None:
+            raise self._violation(self._graded_frame(outermost.f_back), f"called {_name_of(outermost)}")
+
+    def check_kernel(self, fn, launched: bool) -> None:
+        """Raise if kernel ``fn`` (launched, or called from a kernel) is not the student's to run."""
+        code = getattr(getattr(fn, "__code__", None), "co_filename", None)
+        if code is None:
+            return
+        path = Path(code).resolve()
+        name = getattr(fn, "__name__", "?")
+        if launched and path != self.file:
+            raise self._violation(self._graded_frame(sys._getframe(1)),
+                                  f"launched the kernel {name} of {_where(path)}, not a kernel of its own")
+        if not launched and path != self.file and _forbidden_file(str(path)):
+            raise self._violation(self._graded_frame(sys._getframe(1)),
+                                  f"called the Triton function {name} of {_where(path)}")
+
+    # --- the hooks -----------------------------------------------------------------------
+
+    def _function_mode(self):
+        guard = self
+
+        class Watch(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if any(word in name for word in _ATTENTION_WORDS):
+                    raise guard._violation(guard._graded_frame(sys._getframe(1)), f"called PyTorch's {name}")
+                guard.check_stack()
+                return func(*args, **(kwargs or {}))
+
+        return Watch()
+
+    def _patch(self, cls, name, wrapper):
+        original = cls.__dict__[name]
+        self._saved.append((cls, name, original))
+        setattr(cls, name, wrapper(original))
+
+    def __enter__(self):
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        guard = self
+        self._entry = sys._getframe(1)
+
+        def launch(run):
+            def checked(fn_self, *args, **kwargs):
+                if not kwargs.get("warmup", False):
+                    guard.check_kernel(fn_self.fn, launched=True)
+                return run(fn_self, *args, **kwargs)
+            return checked
+
+        def device_call(call):
+            def checked(fn_self, *args, **kwargs):
+                guard.check_kernel(fn_self.fn, launched=False)
+                return call(fn_self, *args, **kwargs)
+            return checked
+
+        self._patch(JITFunction, "run", launch)
+        self._patch(InterpretedFunction, "run", launch)
+        self._patch(InterpretedFunction, "__call__", device_call)
+        self._mode = self._function_mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._mode.__exit__(exc_type, exc, tb)
+        for cls, name, original in reversed(self._saved):
+            setattr(cls, name, original)
+        self._saved.clear()
+        self._entry = None
+        found = unwrap(exc)
+        if found is not None and found is not exc:
+            raise found from None  # Triton's interpreter wraps what a kernel raised: give the student ours
+        return False
+
+
+def unwrap(exc):
+    """The AssertionError of the course's own (an integrity or address violation) that ``exc`` wraps, if any.
+
+    Triton's interpreter re-raises whatever a kernel raised as ``InterpreterError(repr(e))``; the course's
+    messages are for the student, so the checks take them back out."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, AssertionError) and str(exc).startswith((PREFIX, "address check: ")):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def is_violation(exc) -> bool:
+    """Whether a test failed because its graded call was not the student's own work."""
+    found = unwrap(exc)
+    return found is not None and str(found).startswith(PREFIX)
+
+
+def attention_op(name: str) -> bool:
+    """Whether an operator's name is PyTorch's attention (SDPA, its backends, FlexAttention)."""
+    return any(word in name for word in _ATTENTION_WORDS)
+

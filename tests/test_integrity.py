@@ -1,0 +1,209 @@
+"""Full marks only for the student's own work: every route to the course's answers scores its part 0.
+
+Each submission below hands a graded part's work to something that is not the
+student's: the fast kernels (through the public API or their module), the
+float64 reference, a notebook check's float64 model, PyTorch's attention. The
+grader must score that part 0, say so in its own ``integrity`` field (and CSV
+column), and leave the other parts alone. Underneath, gqa_flash.integrity's
+guard is tested on its own: a kernel launched from another file, a Triton
+helper of the fast kernels called inside the student's kernel, and the honest
+call, which must pass.
+"""
+
+import csv
+import os
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import gqa_flash
+from gqa_flash import impl, integrity, testing
+from gqa_flash.grader import grade, sandbox, testrun
+
+SOLUTIONS = impl.SOLUTIONS_DIR
+
+
+def solution(name):
+    return (SOLUTIONS / name).read_text()
+
+
+# The graded file does only this, as the trials that found the holes wrote it.
+ROUTES = {
+    "forward_calls_the_fast_api": ("forward", "called gqa_flash.fast_attention_forward", '''
+        import gqa_flash
+        INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+
+        def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
+            return gqa_flash.fast_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
+        '''),
+    "forward_calls_the_fast_module": ("forward", "gqa_flash.fast.forward.fast_attention_forward", '''
+        import importlib
+        INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+
+        def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
+            fast = importlib.import_module("gqa_flash.fast.forward")
+            return fast.fast_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
+        '''),
+    "forward_calls_sdpa": ("forward", "PyTorch's torch.nn.functional.scaled_dot_product_attention", '''
+        import torch
+        INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
+
+        def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
+                                                                 enable_gqa=True)
+            return (o, torch.zeros(q.shape[:3])) if return_lse else o
+        '''),
+    "backward_calls_the_fast_api": ("backward", "called gqa_flash.fast_attention_backward", '''
+        import gqa_flash
+
+        def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
+            return gqa_flash.fast_attention_backward(q, k, v, o, lse, do, causal=causal, sm_scale=sm_scale)
+        '''),
+    "tiled_calls_the_reference": ("tiled", "called gqa_flash.reference.reference_attention", '''
+        import gqa_flash
+
+        def tiled_attention(q, k, v, causal=True, sm_scale=None, block_m=64, block_n=64, return_lse=False):
+            o, lse = gqa_flash.reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+            return (o.to(q.dtype), lse.float()) if return_lse else o.to(q.dtype)
+        '''),
+    "naive_calls_sdpa": ("naive", "scaled_dot_product_attention", '''
+        import torch
+
+        def naive_attention(q, k, v, causal=True, sm_scale=None):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
+                                                                    enable_gqa=True)
+        '''),
+}
+# A merge that returns the notebook check's float64 answer: the rest of online_softmax.py is the solution's.
+MERGE_FROM_THE_CHECK = solution("online_softmax.py").replace(
+    "def merge_states(m_a, l_a, m_b, l_b):\n",
+    "def merge_states(m_a, l_a, m_b, l_b):\n"
+    "    from gqa_flash.lab.checks.softmax import _merge64\n"
+    "    return tuple(t.float() for t in _merge64(m_a, l_a, m_b, l_b))\n", 1)
+ROUTES["online_softmax_merge_from_the_check"] = ("online_softmax", "gqa_flash.lab.checks.softmax._merge64",
+                                                 MERGE_FROM_THE_CHECK)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("integrity")
+    work = tmp_path_factory.mktemp("grading")
+    course = sandbox.snapshot()
+    jobs = {}
+    for name, (part, _, code) in ROUTES.items():
+        folder = root / name
+        folder.mkdir()
+        (folder / f"{part}.py").write_text(textwrap.dedent(code) if code.startswith("\n") else code)
+        if part != "naive":  # an honest part beside it, which must keep its points
+            (folder / "naive.py").write_text(solution("naive.py"))
+        jobs[name] = (folder, {part, "naive"})
+    limits = testrun.Limits(timeout_cap_s=120)
+
+    def run(item):
+        name, (folder, only) = item
+        return name, grade.grade(folder, course=course, only=only, workdir=work, limits=limits)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return dict(pool.map(run, jobs.items()))
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_part_that_hands_its_work_to_the_course_scores_0_and_is_flagged(graded, route):
+    part, called, _ = ROUTES[route]
+    report = graded[route]
+    assert report.part_score(part)[0] == 0, grade.table(report)
+    assert any(flag.startswith(f"{part}.py scores 0") and called in flag for flag in report.integrity), \
+        (report.integrity, grade.table(report))
+    line = next(t.message for t in report.tests if t.part == part and t.integrity)
+    assert line.startswith(f"integrity: {part}.py line ") and called in line, line
+    if part != "naive":  # the honest part beside it keeps its points
+        assert report.part_score("naive") == (20, 20), grade.table(report)
+    assert "INTEGRITY" in grade.table(report) and "INTEGRITY" in report.summary()
+
+
+def test_the_gradebook_has_an_integrity_column(graded, tmp_path):
+    book = grade.GradeBook(tmp_path / "grades.csv", ["naive", "forward"], hidden=False)
+    book.add(graded["forward_calls_the_fast_api"])
+    rows = list(csv.DictReader(open(tmp_path / "grades.csv")))
+    assert rows[0]["forward"] == "0" and "fast_attention_forward" in rows[0]["integrity"], rows
+    assert "fast_attention_forward" not in rows[0]["notes"], "the flag has a column of its own, not a note"
+
+
+# --- the guard itself, in this process --------------------------------------------------------------
+
+
+@triton.jit
+def _copy_kernel(X, Y, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, tl.load(X + offs))
+
+
+def test_a_kernel_defined_elsewhere_is_refused():
+    x = torch.arange(16.0, device=gqa_flash.runtime.DEVICE)
+    y = torch.empty_like(x)
+    with pytest.raises(integrity.IntegrityViolation, match=r"launched the kernel _copy_kernel of tests/"):
+        with integrity.own_work("forward"):
+            _copy_kernel[(1,)](x, y, N=16)
+    _copy_kernel[(1,)](x, y, N=16)  # outside the guard nothing is patched any more
+    assert torch.equal(x, y)
+
+
+def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path, monkeypatch):
+    if not gqa_flash.runtime.INTERPRETER:
+        pytest.skip("a compiled kernel inlines its helpers; the interpreter calls them")
+    graded = tmp_path / "forward.py"
+    graded.write_text(textwrap.dedent('''
+        import triton
+        import triton.language as tl
+        from gqa_flash.fast import forward as fast
+
+
+        @triton.jit
+        def kernel(Y, N: tl.constexpr):
+            acc, row_sum, row_max = fast._empty_state(N, N)
+            tl.store(Y + tl.arange(0, N), row_sum)
+        '''))
+    namespace = {}
+    exec(compile(graded.read_text(), str(graded), "exec"), namespace)
+    guard = integrity.own_work("forward")
+    monkeypatch.setattr(guard, "file", graded.resolve())
+    y = torch.empty(16, device=gqa_flash.runtime.DEVICE)
+    with pytest.raises(integrity.IntegrityViolation, match=r"called the Triton function _empty_state of "
+                                                           r"gqa_flash/fast/forward.py"):
+        with guard:
+            namespace["kernel"][(1,)](y, N=16)
+
+
+def test_the_honest_kernel_passes_the_guard():
+    q, k, v = testing.random_qkv(seq_len=20, head_dim=16)
+    with testing.kernel_only() as launches:  # the forward's own work, at its own addresses
+        out = gqa_flash.flash_attention_forward(q, k, v)
+    assert launches.count > 0
+    testing.assert_attention_matches(out, q, k, v, causal=True, sm_scale=None, return_lse=False)
+
+
+def test_a_lazy_tensor_is_refused():
+    # A tensor subclass could compute its values when the test reads them, outside the graded call.
+    class Lazy(torch.Tensor):
+        pass
+
+    q, k, v = testing.random_qkv(seq_len=8, head_dim=16, device="cpu")
+    out = gqa_flash.reference_attention(q, k, v)[0].float().as_subclass(Lazy)
+    with pytest.raises(AssertionError, match="plain torch.Tensor"):
+        testing.assert_matches("O", out, out.double(), torch.float32)
+
+
+def test_the_static_check_names_the_routes(tmp_path):
+    from gqa_flash.grader import submission
+
+    (tmp_path / "forward.py").write_text(textwrap.dedent(ROUTES["forward_calls_the_fast_api"][2]))
+    sub = submission.read(tmp_path)
+    assert any("fast_attention_forward (line 6)" in f for f in sub.flags), sub.flags
+    (tmp_path / "forward.py").write_text(solution("forward.py"))
+    assert submission.read(tmp_path).flags == [], "the solution names nothing of the course's answers"
+
