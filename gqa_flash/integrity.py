@@ -28,6 +28,7 @@ module); README, "What the grader does not stop".
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -52,17 +53,24 @@ class IntegrityViolation(AssertionError):
     """A graded call reached code that is not the student's: the course's kernels, reference or checks."""
 
 
-def _forbidden_file(filename: str) -> bool:
+@functools.lru_cache(maxsize=4096)
+def _resolved(filename: str) -> Path | None:
+    """A code object's file, resolved once (the guard looks at every frame of every PyTorch call)."""
     try:
-        path = Path(filename).resolve()
+        return Path(filename).resolve()
     except (OSError, ValueError):
-        return False
-    return path in _FORBIDDEN_FILES or any(d in path.parents for d in _FORBIDDEN_DIRS)
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _forbidden_file(filename: str) -> bool:
+    path = _resolved(filename)
+    return path is not None and (path in _FORBIDDEN_FILES or any(d in path.parents for d in _FORBIDDEN_DIRS))
 
 
 def _forbidden_frame(frame) -> bool:
     code = frame.f_code
-    if code.co_name in _FORBIDDEN_API and Path(code.co_filename).name == "api.py":
+    if code.co_name in _FORBIDDEN_API and code.co_filename.endswith("api.py"):
         return True
     return _forbidden_file(code.co_filename)
 
@@ -101,7 +109,7 @@ class own_work:
         """The innermost frame of the graded file at or above ``start`` (None: none on the stack)."""
         frame = start
         while frame is not None:
-            if Path(frame.f_code.co_filename).resolve() == self.file:
+            if _resolved(frame.f_code.co_filename) == self.file:
                 return frame
             frame = frame.f_back
         return None
@@ -117,7 +125,7 @@ class own_work:
         frame = sys._getframe(1)
         outermost = None
         while frame is not None and frame is not self._entry:
-            if _forbidden_frame(frame) and Path(frame.f_code.co_filename).resolve() != self.file:
+            if _forbidden_frame(frame) and _resolved(frame.f_code.co_filename) != self.file:
                 outermost = frame
             frame = frame.f_back
         if outermost is not None:
@@ -128,7 +136,7 @@ class own_work:
         code = getattr(getattr(fn, "__code__", None), "co_filename", None)
         if code is None:
             return
-        path = Path(code).resolve()
+        path = _resolved(code)
         name = getattr(fn, "__name__", "?")
         if launched and path != self.file:
             raise self._violation(self._graded_frame(sys._getframe(1)),
