@@ -132,3 +132,35 @@ def test_every_fast_config_on_gpu(index, seed):
         checked.append(f"N={n} D={d}")
     print(f"\nconfig {config}: matches float64 at {', '.join(checked)}")
     assert checked, "no case ran"
+
+
+# Past 2^31 elements: Q and O of this shape hold 2^32 elements each (8.6 GB apiece in bf16), so batch 1
+# starts 2^31 elements in, and its offset wraps if the kernel computes it in int32 (forward.py Parts 2
+# and 6 ask for int64). The length stays short, so the run takes seconds; many heads make the size.
+HUGE = (2, 4096, 512, 4096, 128)  # (batch, Hq, Hkv, N, D)
+
+
+@pytest.mark.timeout(600)
+def test_forward_past_2_31_elements_on_gpu(seed):
+    b, hq, hkv, n, d = HUGE
+    assert b * hq * n * d > 2**31 and hq * n * d >= 2**31, "batch 1 must start past 2^31 elements"
+    elements = 2 * b * hq * n * d + 2 * b * hkv * n * d  # Q and O, K and V
+    need = 2 * elements + 4 * b * hq * n + 2**30  # bf16, the float32 LSE, and a margin
+    free, _ = torch.cuda.mem_get_info()
+    if free < need:
+        pytest.skip(f"needs {need / 2**30:.0f} GiB of free GPU memory, {free / 2**30:.0f} GiB free")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, hq, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(b, hkv, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(b, hkv, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    o, lse = gqa_flash.flash_attention_forward(q, k, v, causal=True, return_lse=True)
+    torch.cuda.synchronize()
+    group = hq // hkv
+    # The first and last heads of each batch: batch 1's start 2^31 and 2^31 + (Hq - 1) * N * D elements in.
+    for i, h in ((0, 0), (0, hq - 1), (1, 0), (1, hq - 1)):
+        kv = h // group
+        ref, ref_lse = reference_attention(q[i:i + 1, h:h + 1], k[i:i + 1, kv:kv + 1], v[i:i + 1, kv:kv + 1])
+        ctx = f"seed {seed}, batch {i}, head {h} of a [{b}, {hq}, {n}, {d}] bf16 Q (2^32 elements)"
+        print(f"\nbatch {i} head {h}: max |O - ref| = {(o[i:i + 1, h:h + 1].double().cpu() - ref).abs().max():.3e}")
+        assert_matches("O", o[i:i + 1, h:h + 1], ref, torch.bfloat16, ctx)
+        assert_lse_matches(lse[i:i + 1, h:h + 1], ref_lse, ctx)

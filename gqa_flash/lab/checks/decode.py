@@ -5,12 +5,14 @@ and then runs ``gqa_flash.flash_decode`` (the public API, so
 ``GQA_FLASH_IMPL`` is honoured) against ``gqa_flash.reference_decode`` on
 four cases, one aimed at each part. While a part that makes addresses
 (1 to 3) fails, flash_decode is not run: a wrong address can crash Python on
-a CPU.
+a CPU. (In the interpreter its loads and stores are checked against the
+tensors it was given, too: gqa_flash.address_check.)
 """
 
 import torch
 
 from gqa_flash import api, testing
+from gqa_flash.address_check import checked_addresses
 from gqa_flash.lab.checks.decode_parts import PART_CHECKS
 from gqa_flash.lab.checks.verdict import (
     PARTS, Stop, Verdict, at, fail, load, prints_verdict, run_student, shape_problem, tol,
@@ -28,8 +30,9 @@ def _decode_cases():
     return [
         ("GQA 8:2, one new token, lengths 5 and 40, one split", 1,
          dict(n_q_heads=8, n_kv_heads=2, seqlens=(5, 40), seed=1), dict(num_splits=1)),
-        ("a paged cache, pages of 8 shuffled in the pool, 2 new tokens, 3 splits", 2,
-         dict(n_q_heads=4, n_kv_heads=2, n_new=2, seqlens=(9, 37), page_size=8, seed=2), dict(num_splits=3)),
+        ("a paged cache, pages of 8 shuffled in the pool, its table stored transposed, 2 new tokens, 3 splits", 2,
+         dict(n_q_heads=4, n_kv_heads=2, n_new=2, seqlens=(9, 37), page_size=8, table_layout="transposed", seed=2),
+         dict(num_splits=3)),
         ("the same contiguous inputs with 1 and with 3 splits", 3,
          dict(n_q_heads=8, n_kv_heads=2, n_new=2, seqlens=(17, 45), seed=3), dict(num_splits=(1, 3))),
         ("5 new tokens, fp16, sm_scale 0.3, 4 splits, with the LSE", 4,
@@ -40,7 +43,13 @@ def _decode_cases():
 
 def _run_decode(inputs, **kw):
     q, k, v, lengths, table = inputs
-    return run_student("decode", api.flash_decode, q, k, v, lengths, block_table=table, part=3, **kw)
+    # In the interpreter every load and store is checked against the launch's tensors: a wrong address
+    # becomes a FAIL that says where, instead of a crash.
+    def checked(*args, **kwargs):
+        with checked_addresses():
+            return api.flash_decode(*args, **kwargs)
+
+    return run_student("decode", checked, q, k, v, lengths, block_table=table, part=3, **kw)
 
 
 def _compare(result, inputs, sm_scale, return_lse):

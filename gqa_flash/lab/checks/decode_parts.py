@@ -10,8 +10,10 @@ written, before the others exist.
   four groups (GQA 8:2 with 3 new tokens, 32:8, MQA 32:1 over two row blocks,
   MHA), from a strided Q whose every (batch, head, token) holds other values;
 * Part 2, :func:`check_decode_pages`: logical position -> (page, slot) through
-  shuffled block tables (pages of 16, of 5, a transposed table) and for the
-  contiguous cache;
+  shuffled block tables (pages of 16, of 5, a transposed and a strided
+  table) and for the contiguous cache; and in the interpreter, from the
+  addresses its loads form, that no table entry past the sequence's last
+  page is read;
 * Part 3, :func:`check_decode_split`: one split's partial state (acc, l, m)
   for every split of a context, NaN past ``cache_seqlens``, with chunks that
   end ragged, chunks past the end, and new tokens that see none of a chunk;
@@ -27,12 +29,13 @@ replayed in float64 and matched against your output.
 import functools
 import math
 
+import numpy as np
 import torch
 import triton
 
-from gqa_flash import testing
+from gqa_flash import runtime, testing
 from gqa_flash.lab.checks.cases import LN2, LOG2E
-from gqa_flash.lab.checks.probes import decode_parts, dev, launch_in
+from gqa_flash.lab.checks.probes import addresses_recorded, decode_parts, dev, launch_in
 from gqa_flash.lab.checks.verdict import Verdict, at, fail, first_cause, matches, prints_verdict, what
 
 NAN = float("nan")
@@ -159,12 +162,22 @@ def check_decode_group_tile():
 _PAGE_BLOCK = 16  # positions per probe program, the interpreter's BLOCK_N
 
 
-def _table(batch, max_pages, n_blocks, seed, transposed=False):
-    """A block table [batch, max_pages] of shuffled, distinct pages of a pool of n_blocks (int32)."""
+_TABLE_POISON = 1_000_000  # what a strided table holds between its own entries
+
+
+def _table(batch, max_pages, n_blocks, seed, layout="contiguous"):
+    """A block table [batch, max_pages] of shuffled, distinct pages of a pool of n_blocks (int32, on the
+    device): contiguous; "transposed" (stored [max_pages, batch]: a row's entries are batch apart); or
+    "strided" (every other column of a [batch, 2 * max_pages] buffer that holds _TABLE_POISON between)."""
     g = torch.Generator().manual_seed(seed)
     pages = torch.randperm(n_blocks, generator=g)[: batch * max_pages].view(batch, max_pages).to(torch.int32)
-    if transposed:  # stored [max_pages, batch]: the table's rows are strided
+    pages = pages.to(dev())
+    if layout == "transposed":
         return pages.t().contiguous().t()
+    if layout == "strided":
+        wide = torch.full((batch, 2 * max_pages), _TABLE_POISON, dtype=torch.int32, device=dev())
+        wide[:, ::2] = pages
+        return wide[:, ::2]
     return pages
 
 
@@ -173,10 +186,20 @@ def _page_cases():
     return [
         ("pages of 16 (one key block each), batch 2 of 3, 70 positions", _table(3, 6, 20, 1), 16, 2, 70),
         ("pages of 5 (not a divisor of a key block), batch 1, 37 positions", _table(2, 9, 24, 2), 5, 1, 37),
-        ("pages of 8, a table stored transposed (strided rows), batch 0, 29 positions",
-         _table(3, 5, 17, 3, transposed=True), 8, 0, 29),
+        ("pages of 8, a table stored transposed (a row's entries are 3 apart), batch 1, 37 of its 40 positions",
+         _table(3, 5, 17, 3, layout="transposed"), 8, 1, 37),
+        ("pages of 8, a strided table (every other column of a wider one), batch 1, 29 positions",
+         _table(2, 5, 12, 4, layout="strided"), 8, 1, 29),
         ("the contiguous cache (no table): batch 2, 45 positions", None, 1, 2, 45),
     ]
+
+
+def _table_layout_words(table):
+    if table.stride(1) == 1:
+        return "this one is contiguous"
+    if table.stride(0) == 1:
+        return f"this one is stored transposed: a row's entries are {table.stride(1)} apart"
+    return f"this one is every other column of a wider table: a row's entries are {table.stride(1)} apart"
 
 
 def _pages_cause(table, page_size, b, n, got_page, got_slot):
@@ -185,26 +208,61 @@ def _pages_cause(table, page_size, b, n, got_page, got_slot):
         if not torch.equal(got_page, torch.full_like(p, b)):
             return "contiguous cache: every position of sequence b lives in page b (page = batch_idx)"
         return "contiguous cache: the slot of position p is p itself"
+    device_table, table = table, table.cpu()  # (a copy to the CPU may lose a strided table's layout)
     if (got_page == 0).all() and (got_slot == 0).all():
         return "the placeholder is still there: every position is slot 0 of page 0"
     if torch.equal(got_page, table[b, p // page_size].long()):
         if torch.equal(got_slot, p):
             return "the slot is the position within its page, not the position itself"
         return "the slot of position p is its place within its page of PAGE_SIZE positions"
+    swapped = table[b, (p % page_size).clamp(max=table.shape[1] - 1)].long()
+    if torch.equal(got_slot, p // page_size) and torch.equal(got_page[p % page_size < table.shape[1]],
+                                                             swapped[p % page_size < table.shape[1]]):
+        return ("page and slot are swapped: the page is found through the table at p // PAGE_SIZE, the slot is "
+                "p % PAGE_SIZE")
     if torch.equal(got_page, p // page_size):
         return ("the page is the logical page number: where that page lives in the pool is written in the "
                 "table's row of this sequence; look it up")
     if b > 0 and torch.equal(got_page, table[0, p // page_size].long()):
         return "every sequence read row 0 of the table: offset by batch_idx * stride_tb"
-    if table.stride(1) != 1:  # stored transposed: what a lookup that assumes a contiguous table reads
-        storage = table.t().reshape(-1)
-        flat = (b * table.shape[1] + p // page_size).clamp(max=storage.numel() - 1)
-        if torch.equal(got_page, storage[flat].long()):
-            return "the table was read as if it were contiguous: use its two strides (this one is stored transposed)"
+    if device_table.stride(1) != 1:  # what a lookup that ignores the column stride, or the strides, reads
+        count = device_table.untyped_storage().nbytes() // device_table.element_size()
+        storage = torch.as_strided(device_table, (count,), (1,), 0).cpu()
+        for row_start in (b * device_table.stride(0), b * device_table.shape[1]):
+            flat = (row_start + p // page_size).clamp(max=storage.numel() - 1)
+            if torch.equal(got_page, storage[flat].long()):
+                return (f"the table's column stride was ignored ({_table_layout_words(device_table)}): entry "
+                        "(b, j) lies at batch_idx * stride_tb + j * stride_tp")
     first = p[p < table.shape[1]]
     if len(first) > 1 and torch.equal(got_page[first], table[b, first].long()):
         return "the table was indexed by the position itself: it lists pages, so index it by the page number"
     return None
+
+
+def _table_reads_past_pages(probes, table, page_size, b, n, grid):
+    """The block-table entries the helper reads that no position of the sequence needs (past its last
+    page; a transposed row may end there): [(column, position)], from the addresses of its loads."""
+    with addresses_recorded() as seen:  # loads touch no memory here: an entry past the table is no crash
+        launch(2, probes["page_slots"], (grid,), table, torch.full((grid * _PAGE_BLOCK,), -1, device=dev()),
+               torch.full((grid * _PAGE_BLOCK,), -1, device=dev()), b, n, *table.stride(),
+               BLOCK_N=_PAGE_BLOCK, PAGE_SIZE=page_size, PAGED=True)
+    pages_used = -(-n // page_size)
+    row = table.data_ptr() + table.element_size() * b * table.stride(0)
+    allowed = {row + table.element_size() * j * table.stride(1) for j in range(pages_used)}
+    past = []
+    for kind, addresses, mask in seen:
+        if kind != "load":
+            continue
+        lanes = np.nonzero(mask.reshape(-1))[0]
+        for lane in lanes:
+            address = int(addresses.reshape(-1)[lane])
+            if address not in allowed:
+                offset = (address - row) // table.element_size()
+                column = offset // table.stride(1) if offset % table.stride(1) == 0 else None
+                past.append((column, int(lane)))
+        if past:
+            return past
+    return past
 
 
 @prints_verdict
@@ -218,22 +276,32 @@ def check_decode_pages():
         if table is None:
             lookup, strides = torch.zeros(1, dtype=torch.int32, device=dev()), (0, 0)
         else:
-            lookup = table.to(dev()) if table.is_contiguous() else table.t().contiguous().to(dev()).t()
-            strides = lookup.stride()
+            lookup, strides = table, table.stride()
         launch(2, probes["page_slots"], (grid,), lookup, pages, slots, b, n, *strides,
-                BLOCK_N=_PAGE_BLOCK, PAGE_SIZE=page_size, PAGED=table is not None)
+               BLOCK_N=_PAGE_BLOCK, PAGE_SIZE=page_size, PAGED=table is not None)
         got_page, got_slot = pages.cpu()[:n], slots.cpu()[:n]
         p = torch.arange(n)
-        want_page = torch.full_like(p, b) if table is None else table[b, p // page_size].long()
+        want_page = torch.full_like(p, b) if table is None else table.cpu()[b, p // page_size].long()
         want_slot = p if table is None else p % page_size
         wrong = (got_page != want_page) | (got_slot != want_slot)
-        if not wrong.any():
+        if wrong.any():
+            i = int(wrong.nonzero()[0])
+            return fail("decode", 2, "a position is looked up in the wrong place",
+                        where=f"case \"{name}\": position {i}: got (page {int(got_page[i])}, slot "
+                              f"{int(got_slot[i])}), expected (page {int(want_page[i])}, slot {int(want_slot[i])})",
+                        cause=_pages_cause(table, page_size, b, n, got_page, got_slot))
+        if table is None or not runtime.INTERPRETER:  # the addresses are seen only in the interpreter
             continue
-        i = int(wrong.nonzero()[0])
-        return fail("decode", 2, "a position is looked up in the wrong place",
-                    where=f"case \"{name}\": position {i}: got (page {int(got_page[i])}, slot {int(got_slot[i])}), "
-                          f"expected (page {int(want_page[i])}, slot {int(want_slot[i])})",
-                    cause=_pages_cause(table, page_size, b, n, got_page, got_slot))
+        past = _table_reads_past_pages(probes, table, page_size, b, n, grid)
+        if past:
+            column, lane = past[0]
+            entry = f"entry {column} of row {b}" if column is not None else f"an address outside row {b}"
+            return fail("decode", 2, "the block table is read past the sequence's last page",
+                        where=f"case \"{name}\": {entry} of the table was read (for a lane with key_ok False); "
+                              f"its {n} positions use only entries 0..{-(-n // page_size) - 1}",
+                        cause="the table load is not masked: past a sequence's last page the table holds anything "
+                              "(a page far outside the pool), and its row may end there (a transposed table's "
+                              "next entry lies outside it); load with mask=key_ok")
     return Verdict(True, what("decode", 2), "every position finds its page and slot: shuffled pages of 16, of 5 "
                    "and of 8 through a transposed table, and the contiguous cache")
 
@@ -388,11 +456,13 @@ def check_decode_split():
         if problem is None:
             continue
         s, r = problem.index[:2]
+        first, last = s * c["chunk"], min(s * c["chunk"] + c["chunk"], c["seq_len"]) - 1
+        held = (f"split {s} holds positions {first}..{last}" if first <= last else
+                f"split {s} starts at {first}, past the sequence's {c['seq_len']} positions: it is empty")
         variants = [(text, (lambda bug=bug: replay(bug))) for bug, text in _SPLIT_MISTAKES]
         return fail("decode", 3, "the partial state (acc, l, m) does not match the float64 reference",
                     where=f"case \"{name}\": {problem.what}, {at(problem)} (row {r} is token {int(tokens[r])}, at "
-                          f"position {c['seq_len'] - c['n_new'] + int(tokens[r])}; split {s} holds positions "
-                          f"{s * c['chunk']}..{min(s * c['chunk'] + c['chunk'], c['seq_len']) - 1})",
+                          f"position {c['seq_len'] - c['n_new'] + int(tokens[r])}; {held})",
                     cause=_split_cause(got, want, c, variants))
     return Verdict(True, what("decode", 3), "every split's (acc, l, m) matches the float64 reference: ragged and "
                    "empty chunks, new tokens that see none of a chunk, NaN past the sequence never read")

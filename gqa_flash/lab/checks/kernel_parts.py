@@ -8,7 +8,8 @@ checked in kernel_walk.py.)
 * Part 5, :func:`check_mask_scores`: the mask on every block of a ragged
   sequence, causal and not;
 * Part 6, :func:`check_epilogue`: normalise, store O and the LSE in the right
-  batch and head, and write nothing else.
+  batch and head, and write nothing else; then, in the interpreter, the
+  addresses of the stores at a batch or head offset past 2^31 elements.
 
 Each launches a probe (probes.py) and compares what your helper returned with
 a float64 replay; on a wrong answer the replay runs again with each of the
@@ -22,9 +23,14 @@ import triton
 
 from gqa_flash import testing
 from gqa_flash.lab.checks.cases import LN2
-from gqa_flash.lab.checks.kernel_walk import check_key_loop, check_load_tile, check_program_ids
-from gqa_flash.lab.checks.probes import dev, forward_parts, launch
-from gqa_flash.lab.checks.verdict import Verdict, at, fail, first_cause, fmt, matches, prints_verdict, tol, what
+from gqa_flash.lab.checks.kernel_walk import (
+    address_set, check_key_loop, check_load_tile, check_program_ids, offset_cases, overflow_cause, recorded,
+    wrapped_int32,
+)
+from gqa_flash.lab.checks.probes import addresses_recorded, dev, forward_parts, in_interpreter, launch
+from gqa_flash.lab.checks.verdict import (
+    Stop, Verdict, at, fail, first_cause, fmt, matches, prints_verdict, tol, what,
+)
 
 # --- Part 4 ------------------------------------------------------------------
 
@@ -273,8 +279,53 @@ def check_epilogue():
         if not (o[others] == _SENTINEL).all() or not (lse[others] == _SENTINEL).all():
             return fail("forward", 6, "also writes into another batch or head", where=f"case \"{name}\"",
                         cause="offset O and the LSE by the batch and the head, each times its own stride")
+    problem = in_interpreter(f"{__name__}:epilogue_offsets_problem")
+    if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
+        return fail("forward", 6, **problem, extra=dict(safe_on_small_tensors=True))
     return Verdict(True, what("forward", 6), "O is normalised and the LSE is in natural log, in their own "
                    "batch and head; padding rows and columns are left alone; fp32 and fp16 O")
+
+
+def epilogue_offsets_problem():
+    """Part 6 in the interpreter, with its stores recorded, not made: None when O's and the LSE's addresses
+    are the 64-bit ones at batch and head offsets past 2^31 elements, else the problem (message, where, cause)."""
+    fwd, probes = forward_parts()
+    bm, dp = _EPI["BLOCK_M"], _EPI["HEAD_DIM_PAD"]
+    n, d = _EPI_SEQ_LEN, _EPI_HEAD_DIM
+    acc, l, m = (torch.zeros(bm, dp), torch.ones(bm), torch.zeros(bm))  # never read: the recorder reads 0
+    o, lse = torch.zeros(1, dtype=torch.float16), torch.zeros(1)  # never written: the recorder touches no memory
+    for which, b, h, s_b, s_h in offset_cases():
+        o_strides, lse_strides = (s_b, s_h, 2 * dp, 2), (s_b, s_h, 3)  # rows and columns strided too
+        try:
+            with addresses_recorded() as seen:
+                launch(6, probes["epilogue"], (1,), acc, l, m, o, lse, b, h, *o_strides, *lse_strides, n, d, **_EPI)
+        except Stop as stop:
+            return dict(message=stop.verdict.message, where=stop.verdict.where, cause=stop.verdict.cause)
+        got = recorded(seen, "store")
+        if not got:
+            return dict(message="stores nothing", where=f"batch {b}, head {h}",
+                        cause="the placeholder is still there: store O and the LSE")
+        index, stride = (b, s_b) if which == "batch" else (h, s_h)
+        base, wrapped = b * s_b + h * s_h, b * s_b + h * s_h - index * stride + wrapped_int32(index * stride)
+        rows, cols = torch.meshgrid(torch.arange(n), torch.arange(d), indexing="ij")
+        for name, ptr, size, cells in (("O", o.data_ptr(), 2, (rows * o_strides[2] + cols * o_strides[3]).flatten()),
+                                       ("the LSE", lse.data_ptr(), 4, torch.arange(n) * lse_strides[2])):
+            want = address_set(ptr, size, (base + cells).tolist())
+            if want <= got:
+                continue
+            fix = "batch_idx.to(tl.int64) * stride_ob" if which == "batch" else "q_head_idx.to(tl.int64) * stride_oh"
+            if name != "O":
+                fix = fix.replace("_o", "_l")
+            if address_set(ptr, size, (wrapped + cells).tolist()) <= got:
+                cause = overflow_cause(which, stride, index, fix, name, kind="store")
+            else:
+                cause = (f"the addresses of {name} are wrong once the {which} offset passes 2^31: compute the batch "
+                         "and head offsets in int64 (index.to(tl.int64) * stride)")
+            return dict(message=f"stores {name} at wrong addresses in a tensor past 2^31 elements",
+                        where=f"batch {b}, head {h} of a tensor with batch stride {s_b} and head stride {s_h} "
+                              f"(elements): {len(want - got)} of {len(want)} elements of {name} written at the wrong "
+                              "address", cause=cause)
+    return None
 
 
 # The six parts in order: check_forward runs them before the whole kernel.

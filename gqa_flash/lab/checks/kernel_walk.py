@@ -3,10 +3,14 @@
 * Part 1, :func:`check_program_ids`: every program of a launch grid reports
   its query tile, batch, query head and KV head;
 * Part 2, :func:`check_load_tile`: one tile of a strided tensor, with ragged
-  rows and padded columns, from the right batch and head;
+  rows and padded columns, from the right batch and head; then, in the
+  interpreter, two mistakes that only a GPU would show: masked lanes that
+  read NaN when the load has no ``other``, and the addresses of a tile whose
+  batch or head offset is past 2^31 elements (recorded, never touched);
 * Part 3, :func:`check_key_loop`: which key blocks each query tile visits,
   and which of them go through the mask (your Parts 4 and 5 are replaced by
-  recorders, so only the loop is judged; your Part 2 loads the tiles).
+  recorders, so only the loop is judged; your Part 2 loads the tiles), with
+  K and V in different layouts.
 
 Each launches a probe (probes.py) and compares what came back with what the
 kernel needs; on a wrong answer the verdict names the likely mistake in words.
@@ -15,8 +19,10 @@ kernel needs; on a wrong answer the verdict names the likely mistake in words.
 import torch
 import triton
 
-from gqa_flash.lab.checks.probes import dev, forward_parts, launch
-from gqa_flash.lab.checks.verdict import Verdict, fail, prints_verdict, what
+from gqa_flash.lab.checks.probes import (
+    addresses_recorded, dev, forward_parts, in_interpreter, launch, masked_lanes_poisoned,
+)
+from gqa_flash.lab.checks.verdict import Stop, Verdict, fail, prints_verdict, what
 
 # --- Part 1 ------------------------------------------------------------------
 
@@ -135,8 +141,129 @@ def check_load_tile():
                     where=f"case \"{name}\": tile row {i} (sequence row {row0 + i}), column {j}: "
                           f"got {float(got[i, j]):.4g}, expected {float(want[i, j]):.4g}",
                     cause=cause)
+    problem = in_interpreter(f"{__name__}:load_tile_gpu_problem")
+    if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
+        return fail("forward", 2, **problem, extra=dict(safe_on_small_tensors=True))
     return Verdict(True, what("forward", 2), "the right tile of the right batch and head, in strided and "
                    "[B, N, H, D] layouts; ragged rows and padded columns read 0")
+
+
+def _problem(verdict) -> dict:
+    """A failed verdict as the JSON-able problem an interpreter-only probe returns."""
+    return dict(message=verdict.message, where=verdict.where, cause=verdict.cause)
+
+
+def load_tile_masked_lanes_problem():
+    """Part 2 in the interpreter, where a masked lane with no ``other`` reads NaN for the length of the probe
+    (a GPU leaves such a lane undefined): None when the ragged rows and padded columns read 0, else the
+    problem (message, where, cause)."""
+    fwd, probes = forward_parts()
+    g = torch.Generator().manual_seed(52)
+    br, bc = _LOAD_BLOCK["BLOCK_R"], _LOAD_BLOCK["BLOCK_C"]
+    (batch, heads, n, d), (b, h), row0 = (2, 3, 21, 20), (1, 2), 16
+    buf, x = _strided_tensor(batch, heads, n, d, "strided", g)
+    out = torch.full((br, bc), 0.5)
+    try:
+        with masked_lanes_poisoned():
+            launch(2, probes["load_tile"], (1,), x, out, b, h, *x.stride(), n, d, row0, **_LOAD_BLOCK)
+    except Stop as stop:
+        return _problem(stop.verdict)
+    want = torch.zeros(br, bc)
+    want[: n - row0, :d] = x[b, h, row0:, :bc]
+    if torch.equal(out, want):
+        return None
+    i, j = (out != want).nonzero()[0].tolist()
+    if not torch.equal(out[: n - row0, :d], want[: n - row0, :d]):
+        return dict(message="loads the wrong numbers",
+                    where=f"strided tensor [{batch}, {heads}, {n}, {d}], batch {b}, head {h}, rows {row0}..{n - 1}",
+                    cause="the placeholder is still there: the tile comes back all zeros" if (out == 0).all() else
+                          "the tile's own entries are wrong: see the check of Part 2 (checks.check_load_tile())")
+    if torch.isnan(out).any() and torch.equal(out.nan_to_num(0.0), want):
+        cause = ("the masked load has no `other`: the interpreter happens to read 0 in the masked lanes, but a "
+                 "GPU leaves them undefined, whatever its registers held (NaN, here). Give tl.load other=0.0, "
+                 "or set those lanes to 0 yourself with tl.where")
+    else:
+        cause = "masked entries must read 0 (the load's `other`): they take part in every dot product"
+    return dict(message="masked lanes do not read 0 on a GPU",
+                where=f"strided tensor [{batch}, {heads}, {n}, {d}], rows {row0}..{row0 + br - 1} (rows {n}.. and "
+                      f"columns {d}.. are masked), a masked load with no `other` reading NaN: tile row {i}, "
+                      f"column {j} got {float(out[i, j]):.4g}, expected {float(want[i, j]):.4g}",
+                cause=cause)
+
+
+def load_tile_gpu_problem():
+    """Part 2's two interpreter-only probes in turn (one child Python on a GPU machine): the first problem, or None."""
+    return load_tile_masked_lanes_problem() or load_tile_offsets_problem()
+
+
+# A stride that fits in int32 (so Triton passes it as a 32-bit integer), and 2 or 3 of it that do not.
+_BIG_STRIDE = 2**30 + 2**20
+
+
+def wrapped_int32(x: int) -> int:
+    """``x`` as int32 arithmetic leaves it: wrapped around into -2^31..2^31-1."""
+    return (x + 2**31) % 2**32 - 2**31
+
+
+def offset_cases():
+    """(which offset, batch, head, batch stride, head stride): each case puts one offset past 2^31."""
+    return [("batch", 2, 0, _BIG_STRIDE, 4096), ("head", 0, 3, 4096, _BIG_STRIDE)]
+
+
+def address_set(ptr: int, size: int, offsets) -> set:
+    """The byte addresses of the elements at ``offsets`` past ``ptr`` (the 64-bit arithmetic of a GPU)."""
+    return {(ptr + size * int(o)) % 2**64 for o in offsets}
+
+
+def recorded(seen, kind) -> set:
+    """The addresses of the ``kind`` lanes ("load" or "store") that were not masked, from addresses_recorded."""
+    return {int(a) for k, addresses, mask in seen if k == kind for a in addresses[mask].tolist()}
+
+
+def overflow_cause(which, stride, index, fix, name="the tile", kind="load"):
+    """Why the ``which`` ("batch" or "head") offset ``index * stride`` went wrong, and ``fix``, the expression
+    that mends it."""
+    moved = "read from" if kind == "load" else "written to"
+    return (f"the {which} offset is computed in 32-bit integers: {index} * {stride} = {index * stride} is past "
+            f"2^31 and wraps around to {wrapped_int32(index * stride)}, so on a GPU {name} would be {moved} "
+            f"another part of memory (or fault) once a tensor holds 2^31 elements. Convert the index to int64 "
+            f"before it meets its stride: {fix}")
+
+
+def load_tile_offsets_problem():
+    """Part 2 in the interpreter, with its loads recorded, not made: None when the tile's addresses are the
+    64-bit ones at batch and head offsets past 2^31 elements, else the problem (message, where, cause)."""
+    fwd, probes = forward_parts()
+    br, bc = _LOAD_BLOCK["BLOCK_R"], _LOAD_BLOCK["BLOCK_C"]
+    n, d, row0, s_row = 21, 20, 16, 64
+    x = torch.zeros(1)  # never read: the recorder touches no memory
+    out = torch.zeros(br, bc)
+    for which, b, h, s_b, s_h in offset_cases():
+        try:
+            with addresses_recorded() as seen:
+                launch(2, probes["load_tile"], (1,), x, out, b, h, s_b, s_h, s_row, 1, n, d, row0, **_LOAD_BLOCK)
+        except Stop as stop:
+            return _problem(stop.verdict)
+        rows, cols = torch.meshgrid(torch.arange(row0, n), torch.arange(d), indexing="ij")
+        offsets = (b * s_b + h * s_h + rows * s_row + cols).flatten().tolist()
+        got, want = recorded(seen, "load"), address_set(x.data_ptr(), 4, offsets)
+        if got == want:
+            continue
+        if not got:
+            return dict(message="loads nothing", where=f"batch {b}, head {h}, rows {row0}..{n - 1}",
+                        cause="the placeholder is still there: load the tile with tl.load")
+        index, stride = (b, s_b) if which == "batch" else (h, s_h)
+        wrapped = [o - index * stride + wrapped_int32(index * stride) for o in offsets]
+        cause = (overflow_cause(which, stride, index, f"{which}_idx.to(tl.int64) * stride_{which[0]}")
+                 if got == address_set(x.data_ptr(), 4, wrapped) else
+                 f"the addresses are wrong once the {which} offset passes 2^31: compute the batch and head "
+                 "offsets in int64 (index.to(tl.int64) * stride)")
+        return dict(message="forms wrong addresses in a tensor past 2^31 elements",
+                    where=f"batch {b}, head {h} of a tensor with batch stride {s_b} and head stride {s_h} "
+                          f"(elements), rows {row0}..{n - 1}: {len(want - got)} of {len(want)} elements read at "
+                          "the wrong address",
+                    cause=cause)
+    return None
 
 
 def _view_like(buf, x):
@@ -205,42 +332,73 @@ def _loop_cause(unmasked, masked, blocks, want_u, want_m, want_blocks, tile, n, 
     return None
 
 
+def _unit_values(batch, heads, n, d, b, h, layout):
+    """V with key j's value the unit vector e_j in [b, h] (zero elsewhere), in its own layout:
+    "bnhd" (a [B, N, H, D] tensor seen as [B, H, N, D]) or "contiguous"."""
+    if layout == "bnhd":
+        v = torch.zeros(batch, n, heads, d).transpose(1, 2)
+    else:
+        v = torch.zeros(batch, heads, n, d)
+    v[b, h, torch.arange(n), torch.arange(n)] = 1.0
+    return v
+
+
+def _walk_problem(probes, k, v, causal, b, h):
+    """The first query tile that walks the wrong key blocks, as (tile, what it did, cause), or None."""
+    bm, bn, d = _LOOP["BLOCK_M"], _LOOP["BLOCK_N"], _LOOP["HEAD_DIM"]
+    n = k.shape[2]
+    tiles = triton.cdiv(n, bm)
+    acc = torch.full((tiles * bm, d), float("nan"), device=dev())
+    blocks = torch.full((tiles * bm,), float("nan"), device=dev())
+    launch(3, probes["key_loop"], (tiles,), k, v, acc, blocks, n, b, h, *k.stride(), *v.stride(),
+           CAUSAL=causal, **_LOOP)
+    acc, blocks = acc.cpu(), blocks.cpu()
+    for tile in range(tiles):
+        row = tile * bm  # every row of a tile sees the same blocks: read its first row
+        counts, got_blocks = acc[row, :n], blocks[row]
+        if not torch.isfinite(counts).all() or not torch.isfinite(got_blocks):
+            return tile, None, "return acc, l_i and m_i as the updates (Part 4) leave them"
+        masked, unmasked = torch.div(counts, 1000, rounding_mode="floor"), counts.remainder(1000)
+        want_u, want_m, want_blocks = _expected_visits(n, bm, bn, causal, tile)
+        if torch.equal(unmasked, want_u) and torch.equal(masked, want_m) and int(got_blocks) == want_blocks:
+            continue
+        did = (f"query tile {tile} (rows {row}..{min(row + bm, n) - 1}) visited {int(got_blocks)} key blocks, "
+               f"expected {want_blocks}")
+        return tile, did, _loop_cause(unmasked, masked, int(got_blocks), want_u, want_m, want_blocks, tile, n, bm,
+                                      bn, causal)
+    return None
+
+
 @prints_verdict
 def check_key_loop():
-    """forward.py Part 3: which key blocks each query tile visits, and which go through the mask."""
+    """forward.py Part 3: which key blocks each query tile visits, and which go through the mask.
+
+    K is contiguous and V a [B, N, H, D] tensor seen as [B, H, N, D]: each has strides of its own."""
     fwd, probes = forward_parts()
     bm, bn, d = _LOOP["BLOCK_M"], _LOOP["BLOCK_N"], _LOOP["HEAD_DIM"]
     n = _LOOP_SEQ_LEN
-    tiles = triton.cdiv(n, bm)
     g = torch.Generator().manual_seed(61)
     batch, heads, b, h = 2, 2, 1, 1
-    k = torch.randn(batch, heads, n, d, generator=g)
-    v = torch.zeros(batch, heads, n, d)
-    v[b, h, torch.arange(n), torch.arange(n)] = 1.0  # key j's value is the unit vector e_j
+    k = torch.randn(batch, heads, n, d, generator=g).to(dev())
+    v = _unit_values(batch, heads, n, d, b, h, "bnhd").to(dev())  # .to keeps the strides
     for causal in (True, False):
-        name = f"{'causal' if causal else 'no causal mask'}, SEQ_LEN {n}, BLOCK_M {bm}, BLOCK_N {bn}"
-        acc = torch.full((tiles * bm, d), float("nan"), device=dev())
-        blocks = torch.full((tiles * bm,), float("nan"), device=dev())
-        launch(3, probes["key_loop"], (tiles,), k.to(dev()), v.to(dev()), acc, blocks, n, b, h, *k.stride(),
-               CAUSAL=causal, **_LOOP)
-        acc, blocks = acc.cpu(), blocks.cpu()
-        for tile in range(tiles):
-            row = tile * bm  # every row of a tile sees the same blocks: read its first row
-            counts, got_blocks = acc[row, :n], blocks[row]
-            if not torch.isfinite(counts).all() or not torch.isfinite(got_blocks):
-                return fail("forward", 3, "the key loop does not return the state it was given",
-                            where=f"case \"{name}\": query tile {tile}",
-                            cause="return acc, l_i and m_i as the updates (Part 4) leave them")
-            masked, unmasked = torch.div(counts, 1000, rounding_mode="floor"), counts.remainder(1000)
-            want_u, want_m, want_blocks = _expected_visits(n, bm, bn, causal, tile)
-            if torch.equal(unmasked, want_u) and torch.equal(masked, want_m) and int(got_blocks) == want_blocks:
-                continue
-            cause = _loop_cause(unmasked, masked, int(got_blocks), want_u, want_m, want_blocks, tile, n, bm, bn,
-                                causal)
-            return fail("forward", 3, "walks the wrong key blocks",
-                        where=f"case \"{name}\": query tile {tile} (rows {row}..{min(row + bm, n) - 1}) visited "
-                              f"{int(got_blocks)} key blocks, expected {want_blocks}",
-                        cause=cause, hint="this check loads tiles with your Part 2: make its check pass first")
+        name = (f"{'causal' if causal else 'no causal mask'}, SEQ_LEN {n}, BLOCK_M {bm}, BLOCK_N {bn}, K contiguous, "
+                "V in the [B, N, H, D] layout")
+        problem = _walk_problem(probes, k, v, causal, b, h)
+        if problem is None:
+            continue
+        tile, did, cause = problem
+        like_k = _unit_values(batch, heads, n, d, b, h, "contiguous").to(dev())
+        if _walk_problem(probes, k, like_k, causal, b, h) is None:
+            return fail("forward", 3, "reads V at the wrong addresses",
+                        where=f"case \"{name}\": query tile {tile}; with V laid out as K is, the walk is right",
+                        cause="V is loaded with K's strides: V has strides of its own (stride_vb, stride_vh, "
+                              "stride_vn, stride_vd), and here they differ from K's")
+        if did is None:
+            return fail("forward", 3, "the key loop does not return the state it was given",
+                        where=f"case \"{name}\": query tile {tile}", cause=cause)
+        return fail("forward", 3, "walks the wrong key blocks", where=f"case \"{name}\": {did}",
+                    cause=cause, hint="this check loads tiles with your Part 2: make its check pass first")
     return Verdict(True, what("forward", 3), "each query tile visits its key blocks once: the ones before the "
                    "diagonal unmasked, the diagonal masked, none after it; without the causal mask every full "
                    "block unmasked and the ragged last one masked")

@@ -8,8 +8,11 @@ below are plain functions that say ``fwd._program_ids(...)``;
 your forward module. Part 3's probe is the one exception to "one helper": it
 runs your key loop, which calls your Part 2, with Parts 4 and 5 replaced by
 recorders. The checks that launch the probes are in kernel_walk.py (Parts 1-3)
-and kernel_parts.py (Parts 4-6); decode.py's probes (``dec._group_tile(...)``
-and the others) are launched by decode_parts.py.
+and kernel_parts.py (Parts 4-6). For two mistakes that only a GPU would show
+(a masked load with no ``other``, batch and head offsets in int32) the
+interpreter's loads and stores are swapped, for the length of a probe, for
+ones that show them (the end of this file). decode.py's probes
+(``dec._group_tile(...)`` and the others) are launched by decode_parts.py.
 
 Why a fresh kernel per version: a compiled Triton kernel remembers the code of
 every helper it calls (it hashes them once, on first launch). If the probe
@@ -21,8 +24,16 @@ changes, so Triton's "global variable changed since compiled" check stays quiet.
 interpreter the same code runs as Python, unchanged.
 """
 
+import contextlib
 import functools
+import importlib
+import json
+import os
+import subprocess
+import sys
 import types
+
+import numpy as np
 
 import triton
 import triton.language as tl
@@ -73,9 +84,11 @@ def _mark_masked(s, offs_m, offs_n, SEQ_LEN, CAUSAL: tl.constexpr):
 
 
 def _probe_key_loop(K, V, ACC_OUT, BLOCKS_OUT, SEQ_LEN, BATCH, HEAD,
-                    stride_b, stride_h, stride_n, stride_d,
+                    stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr):
-    """Part 3: your key loop with Parts 4 and 5 replaced by recorders; stores what they recorded."""
+    """Part 3: your key loop with Parts 4 and 5 replaced by recorders; stores what they recorded.
+
+    K and V come with strides of their own (the check lays them out differently)."""
     tile = tl.program_id(0)
     offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -85,7 +98,7 @@ def _probe_key_loop(K, V, ACC_OUT, BLOCKS_OUT, SEQ_LEN, BATCH, HEAD,
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     acc, l_i, m_i = recorded_key_loop(  # noqa: F821
         acc, l_i, m_i, q, K, V, tile * 0 + BATCH, tile * 0 + HEAD,
-        stride_b, stride_h, stride_n, stride_d, stride_b, stride_h, stride_n, stride_d,
+        stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
         tile, offs_m, offs_d, 1.0, SEQ_LEN, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, "ieee")
     rows = tl.arange(0, BLOCK_M)
     tl.store(ACC_OUT + (tile * BLOCK_M + rows[:, None]) * HEAD_DIM + offs_d[None, :], acc)
@@ -276,3 +289,81 @@ launch = functools.partial(launch_in, "forward")
 
 def dev():
     return runtime.DEVICE
+
+
+# --- what the interpreter can show and a GPU hides: masked lanes, and addresses past 2^31 elements ---------
+#
+# Two mistakes of forward.py give right answers in every small test and wrong ones on a GPU only:
+# a masked load with no ``other`` (the interpreter reads 0 in the masked lanes, a GPU leaves whatever its
+# registers held) and batch or head offsets computed in int32 (they wrap once a tensor passes 2^31
+# elements, far more than a test can allocate). The interpreter runs every load and store through one
+# object, so for the length of a probe the two context managers below swap its loads and stores for
+# ones that show these mistakes. On a GPU machine :func:`in_interpreter` runs the probe in a child Python
+# with the GPU hidden, so in the interpreter there too.
+
+POISON_INT = -777  # what an integer lane that a masked load leaves undefined reads under masked_lanes_poisoned
+
+
+@contextlib.contextmanager
+def masked_lanes_poisoned():
+    """While inside, a masked load with no ``other`` reads NaN (integers: POISON_INT) in its masked-off
+    lanes, as a GPU may leave anything there. Interpreter only."""
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle, _get_np_dtype
+
+    original = InterpreterBuilder.create_masked_load
+
+    def poisoned(builder, ptrs, mask, other, *args, **kwargs):
+        if other is None and not np.all(mask.data):
+            dtype = ptrs.get_element_ty()
+            np_dtype = _get_np_dtype(dtype)
+            fill = np.nan if np.issubdtype(np_dtype, np.floating) else POISON_INT
+            other = TensorHandle(np.full(ptrs.data.shape, fill, dtype=np_dtype), dtype)
+        return original(builder, ptrs, mask, other, *args, **kwargs)
+
+    InterpreterBuilder.create_masked_load = poisoned
+    try:
+        yield
+    finally:
+        InterpreterBuilder.create_masked_load = original
+
+
+@contextlib.contextmanager
+def addresses_recorded():
+    """While inside, the interpreter's loads and stores touch no memory: each appends
+    ``(kind, addresses, mask)`` ("load" or "store", two NumPy arrays of one shape) to the list this
+    yields, and every load reads 0. So a probe may form any address, far outside its tensors."""
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle, _get_np_dtype
+
+    saved = InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store
+    seen: list = []
+
+    def load(builder, ptrs, mask, *args, **kwargs):
+        seen.append(("load", ptrs.data.copy(), np.broadcast_to(mask.data, ptrs.data.shape).copy()))
+        dtype = ptrs.get_element_ty()
+        return TensorHandle(np.zeros(ptrs.data.shape, dtype=_get_np_dtype(dtype)), dtype)
+
+    def store(builder, ptrs, value, mask, *args, **kwargs):
+        seen.append(("store", ptrs.data.copy(), np.broadcast_to(mask.data, ptrs.data.shape).copy()))
+
+    InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store = load, store
+    try:
+        with np.errstate(all="ignore"):  # the values read are zeros: a division by them is no news
+            yield seen
+    finally:
+        InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store = saved
+
+
+def in_interpreter(function: str):
+    """Call ``function`` ("module:name", no arguments, returning JSON) in Triton's interpreter: here when
+    the kernels run there, else in a child Python with the GPU hidden."""
+    module, name = function.split(":")
+    if runtime.INTERPRETER:
+        return getattr(importlib.import_module(module), name)()
+    code = ("import importlib, json, sys; m, f = sys.argv[1].split(':'); "
+            "print(json.dumps(getattr(importlib.import_module(m), f)()))")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-c", code, function], capture_output=True, text=True, env=env,
+                          timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"{function} failed in the interpreter:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])

@@ -1,0 +1,82 @@
+"""Notebook 04's checks name the planted bugs of forward.py: FAIL on the part's check, with the mistake in words.
+
+Each mutant of tests/mutants/forward.py listed here is one usual mistake; with it in place of the
+solution, its part's check must fail and its verdict must say what is wrong (the words below), while
+the checks of the parts it does not touch still pass. Three of them give right answers in every small
+test (a missing ``other``, int32 offsets) or in every test whose K and V share a layout (V read with K's
+strides): the probes of probes.py must show them anyway. The checks run here on a module loaded from a
+temporary file, in place of impl.load.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from gqa_flash import impl, runtime
+from gqa_flash.lab.checks import kernel_parts, kernel_walk, probes
+
+sys.path.insert(0, str(Path(__file__).parent))
+from mutants.catalog import MUTANTS  # noqa: E402
+
+SOLUTION = impl.SOLUTIONS_DIR / "forward.py"
+pytestmark = [
+    pytest.mark.skipif(not SOLUTION.is_file(), reason="the student edition has no solutions/"),
+    pytest.mark.skipif(not runtime.INTERPRETER, reason="the checks are compared here in the interpreter"),
+]
+
+CHECKS = {2: kernel_walk.check_load_tile, 3: kernel_walk.check_key_loop, 6: kernel_parts.check_epilogue}
+
+# mutant -> (the part whose check must fail, words its verdict must hold)
+NAMED = {
+    "forward_load_without_other": (2, ["no `other`", "other=0.0"]),
+    "forward_load_offsets_int32": (2, ["32-bit integers", "batch_idx.to(tl.int64)"]),
+    "forward_v_with_k_strides": (3, ["V is loaded with K's strides"]),
+    "forward_store_offsets_int32": (6, ["32-bit integers", "O", "to(tl.int64)"]),
+    "forward_strides_swapped": (2, ["wrong addresses"]),
+    "forward_head_dim_padding_unmasked": (2, ["columns past n_cols are loaded"]),
+    "forward_causal_walks_past_diagonal": (3, ["blocks after the diagonal"]),
+    "forward_unmasked_phase_takes_the_diagonal": (3, ["without the mask"]),
+    "forward_non_causal_drops_ragged_block": (3, ["never visited"]),
+}
+
+
+def _module(tmp_path, text, name):
+    path = tmp_path / f"forward_{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(f"forward_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", list(NAMED))
+def test_the_check_names_the_planted_bug(monkeypatch, tmp_path, name):
+    mutant = next(m for m in MUTANTS if m.name == name)
+    module = _module(tmp_path, mutant.apply(SOLUTION.read_text()), name)
+    monkeypatch.setattr(probes, "load", lambda _: module)
+    part, words = NAMED[name]
+    verdict = CHECKS[part].verdict()
+    text = str(verdict)
+    assert not verdict.ok, f"{name}: the check of Part {part} passes:\n{text}"
+    assert f"Part {part} " in verdict.what, text
+    for word in words:
+        assert word in text, f"{name}: {word!r} is not in the verdict:\n{text}"
+    for other, check in CHECKS.items():
+        if other != part and other != 3:  # Part 3 loads its tiles with Part 2: a Part 2 bug may show there too
+            assert check.verdict().ok, f"{name}: the check of Part {other} fails too:\n{check.verdict()}"
+
+
+def test_every_forward_mutant_with_a_probe_only_bug_is_named_here():
+    """The bugs no whole-kernel run on a CPU shows must each be named by a check."""
+    for name in ("forward_load_without_other", "forward_load_offsets_int32", "forward_store_offsets_int32",
+                 "forward_v_with_k_strides"):
+        assert any(m.name == name for m in MUTANTS) and name in NAMED, name
+
+
+def test_the_checks_pass_on_the_solution(monkeypatch):
+    monkeypatch.setenv("GQA_FLASH_IMPL", "solutions")
+    for check in CHECKS.values():
+        verdict = check.verdict()
+        assert verdict.ok, str(verdict)
