@@ -5,12 +5,14 @@ float64 reference), so a bug in your forward kernel cannot show up here, and
 compares with float64 autograd (``reference_gradients``). A gradient passes
 on its relative error, as in the graded tests (``testing.gradient_error``).
 
-* Part 1, :func:`check_delta`: D = rowsum(dO * O), the preprocess kernel alone;
+* Part 1, :func:`check_delta`: D = rowsum(dO * O), the preprocess kernel alone, in fp32 and in
+  fp16 (where D must still be summed in fp32);
 * Part 2, :func:`check_dkdv`: dK and dV with MHA (one query head per KV head,
   so Part 3 cannot matter yet), causal and not;
 * Part 3, :func:`check_gqa_sum`: dK and dV with GQA 4:2 and MQA 4:1, where a
   KV head adds up what its whole group of query heads sends back;
-* Part 4, :func:`check_dq`: dQ with GQA 4:2, causal and not;
+* Part 4, :func:`check_dq`: dQ with GQA 4:2, causal and not, and with every score near -100 (where
+  a key past the end that is not masked out of P turns dQ into NaN);
 * :func:`check_backward`: the four parts, then all of backward.py on two more
   cases (fp16, batch 2, MQA, head dim 80, sm_scale, [B, N, H, D] layout).
 
@@ -25,9 +27,9 @@ import torch
 import triton
 
 from gqa_flash import api, runtime, testing
-from gqa_flash.lab.checks.cases import LOG2E, Case
+from gqa_flash.lab.checks.cases import LN2, LOG2E, Case
 from gqa_flash.lab.checks.verdict import (
-    PARTS, Stop, Verdict, at, fail, load, prints_verdict, run_student, shape_problem, what,
+    PARTS, Stop, Verdict, at, fail, fmt, load, prints_verdict, run_student, shape_problem, what,
 )
 from gqa_flash.reference import reference_attention, reference_gradients
 
@@ -45,6 +47,16 @@ def _inputs(case: Case):
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(case.seed + 7)).to(q.device, case.dtype)
     o, lse = reference_attention(q, k, v, causal=case.causal, sm_scale=case.sm_scale)
     return q, k, v, do, o.to(q.device, case.dtype), lse.to(q.device, torch.float32)
+
+
+class _VeryNegative(Case):
+    """A case whose every score is near -100 (default sm_scale): column 0 holds 100 in q and
+    -sqrt(head_dim) in k, as in the graded test; every row's LSE is then near -96."""
+
+    def qkv(self):
+        q, k, v = super().qkv()
+        q[..., 0], k[..., 0] = 100.0, -(self.head_dim**0.5)
+        return q, k, v
 
 
 def _first_wrong(name, got, ref, rel, labels):
@@ -97,6 +109,8 @@ def _backward64(case: Case, inputs, bug=None, tiles=None):
         p = torch.exp(s - lse[:, h, :, None])  # P, exactly, from the saved LSE
         if bug == "exp":  # exp(log2(e) * x) where exp2(log2(e) * x) = exp(x) belongs
             p = p ** LOG2E
+        if bug == "lse_base":  # exp2(s * log2(e) - lse): the natural-log LSE taken for log2 units
+            p = torch.exp(s - lse[:, h, :, None] * LN2)
         dp = do[:, h] @ v[:, kv].transpose(-1, -2)
         p_dq, p_dkdv = p.masked_fill(hidden_dq, 0.0), p.masked_fill(hidden_dkdv, 0.0)
         ds_dq, ds_dkdv = p_dq * (dp - delta[:, h, :, None]), p_dkdv * (dp - delta[:, h, :, None])
@@ -123,12 +137,23 @@ def _backward64(case: Case, inputs, bug=None, tiles=None):
 _TILES = [(bm, bn) for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128)]
 
 
+_LSE_BASE = ("the saved LSE is a natural log, but exp2 wants log2 units: P = exp2(S * qk_scale - lse2) needs "
+             "lse2 = LSE * log2(e) (1.4426950408889634), as the given load of lse2 has it")
+# Found without a replay: NaN in dQ where every score is near -100 (_VeryNegative).
+NO_KEY_MASK = ("the keys past the end (offs_n >= SEQ_LEN) are not masked out of P: they load as zeros, so "
+               "their score is 0, and with every real score near -100 (an LSE near -96) p = exp2(0 - lse2) "
+               "overflows to inf, and inf times the zero key is NaN. Zero p where offs_n[None, :] >= SEQ_LEN, "
+               "with or without the causal mask")
+DELTA_FP16 = ("D is summed in fp16: every D is an fp16 number. O and dO are fp16 here, so o * do and its sum "
+              "stay fp16 (rounded to 3 digits) unless you convert first: o.to(tl.float32) * do.to(tl.float32)")
+
 _MISTAKES = {
     2: [
         ("no_mask", "the causal mask is missing from P^T: zero pT where a key comes after the query, "
                     "offs_n[:, None] > offs_m[None, :]"),
         ("mask_diag", "mask off by one: a query sees its own key (offs_n == offs_m): keep offs_n <= offs_m"),
         ("exp", "exp instead of exp2: the scores and lse2 are in log2 units, so pT = exp2(sT * qk_scale - lse2)"),
+        ("lse_base", _LSE_BASE),
         ("no_delta", "D is left out of dS: the softmax's backward subtracts each query row's D from dP "
                      "before multiplying by P"),
         ("group_no_offset", "every KV head adds up the gradient of query head 0 (Part 3's q_head_idx): the h-th "
@@ -150,6 +175,7 @@ _MISTAKES = {
                     "or gradient leaks from the future"),
         ("mask_diag", "mask off by one: a query sees its own key (offs_n == offs_m): keep offs_n <= offs_m"),
         ("exp", "exp instead of exp2: the scores and lse2 are in log2 units, so p = exp2(s * qk_scale - lse2)"),
+        ("lse_base", _LSE_BASE),
         ("no_delta", "D is left out of dS: subtract each query row's D from dP before multiplying by P"),
     ],
 }
@@ -182,6 +208,8 @@ def _part_diagnosis(part):
                 return f"Part {needed} ({PARTS['backward'][needed]}) fails its own check: fix it first", None
         if part != 3 and bool((got == 0).all()):
             return f"the placeholder is still there: {name} is all zeros", None
+        if part == 4 and isinstance(case, _VeryNegative) and not bool(torch.isfinite(got).all()):
+            return NO_KEY_MASK, None
         index = _GRADIENTS.index(name)
         for bug, text in _MISTAKES[part]:
             for tiles in _TILES if bug == "no_mask" else [None]:
@@ -241,13 +269,17 @@ _MASKS = ((True, "causal"), (False, "no causal mask"))
 
 # Each part's cases (length 40, head dim 16, fp32), then the whole backward's (part None).
 _CASES = {
-    1: [Case("GQA 2:1, causal, length 40", 1, n_q_heads=2, n_kv_heads=1, seq_len=40)],
+    1: [Case("GQA 2:1, causal, length 40", 1, n_q_heads=2, n_kv_heads=1, seq_len=40),
+        Case("GQA 2:1 in fp16, causal, length 40, head dim 64", 1, n_q_heads=2, n_kv_heads=1, seq_len=40,
+             head_dim=64, dtype=torch.float16, seed=1)],
     2: [Case(f"MHA 2:2, {mask}, length 40", 2, n_q_heads=2, n_kv_heads=2, seq_len=40, causal=causal)
         for causal, mask in _MASKS],
     3: [Case("GQA 4:2, causal, length 40", 3, n_q_heads=4, n_kv_heads=2, seq_len=40),
         Case("MQA 4:1, no causal mask, length 40", 3, n_q_heads=4, n_kv_heads=1, seq_len=40, causal=False, seed=1)],
-    4: [Case(f"GQA 4:2, {mask}, length 40", 4, n_q_heads=4, n_kv_heads=2, seq_len=40, causal=causal)
-        for causal, mask in _MASKS],
+    4: [*(Case(f"GQA 4:2, {mask}, length 40", 4, n_q_heads=4, n_kv_heads=2, seq_len=40, causal=causal)
+          for causal, mask in _MASKS),
+        _VeryNegative("GQA 4:2, no causal mask, length 40, every score near -100", 4, n_q_heads=4, n_kv_heads=2,
+                      seq_len=40, causal=False, seed=2)],
     None: [Case("GQA 4:2 in fp16, batch 2, length 33, head dim 32", None, batch=2, n_q_heads=4, n_kv_heads=2,
                 seq_len=33, head_dim=32, dtype=torch.float16, seed=61),
            Case("MQA 4:1, no causal mask, length 45, head dim 80 (padded to 128), sm_scale 0.3, [B, N, H, D] "
@@ -258,26 +290,33 @@ _CASES = {
 
 @prints_verdict
 def check_delta():
-    """backward.py Part 1, alone: D = rowsum(dO * O), from the preprocess kernel."""
+    """backward.py Part 1, alone: D = rowsum(dO * O), from the preprocess kernel, in fp32 and in fp16."""
     bwd = load("backward")
-    case = _CASES[1][0]
-    q, k, v, do, o, lse = _inputs(case)
-    delta = torch.full(lse.shape, float("nan"), device=lse.device)
-    block_m = 32 if runtime.INTERPRETER else 64
-    grid = (triton.cdiv(q.shape[2], block_m), q.shape[1], q.shape[0])  # (query blocks, heads, batch)
-    run_student("backward", lambda: bwd._backward_preprocess[grid](
-        o, do, delta, *o.stride(), *do.stride(), q.shape[2], q.shape[1],
-        HEAD_DIM=q.shape[-1], HEAD_DIM_PAD=max(16, triton.next_power_of_2(q.shape[-1])), BLOCK_M=block_m), part=1)
-    expected = (o.double() * do.double()).sum(-1).cpu()
-    problem = _first_wrong("D", delta, expected, 1e-4, ("batch", "query head", "row"))
-    if problem is None:
-        return Verdict(True, what("backward", 1), f"right for every row ({case.name})")
-    placeholder = bool((delta == 0).all())
-    return fail("backward", 1, "D does not match rowsum(dO * O) in float64",
-                where=f"case \"{case.name}\": {at(problem)}",
-                cause="the placeholder is still there: D is all zeros" if placeholder else None,
-                hint=None if placeholder else "multiply dO and O elementwise in fp32 and sum over the head dim "
-                                               "(axis 1): one number per row")
+    for case in _CASES[1]:
+        q, k, v, do, o, lse = _inputs(case)
+        delta = torch.full(lse.shape, float("nan"), device=lse.device)
+        block_m = 32 if runtime.INTERPRETER else 64
+        grid = (triton.cdiv(q.shape[2], block_m), q.shape[1], q.shape[0])  # (query blocks, heads, batch)
+        run_student("backward", lambda: bwd._backward_preprocess[grid](
+            o, do, delta, *o.stride(), *do.stride(), q.shape[2], q.shape[1],
+            HEAD_DIM=q.shape[-1], HEAD_DIM_PAD=max(16, triton.next_power_of_2(q.shape[-1])), BLOCK_M=block_m),
+            part=1)
+        expected = (o.double() * do.double()).sum(-1).cpu()
+        problem = _first_wrong("D", delta, expected, 1e-4, ("batch", "query head", "row"))
+        if problem is None:
+            continue
+        if bool((delta == 0).all()):
+            cause, hint = "the placeholder is still there: D is all zeros", None
+        elif case.dtype == torch.float16 and bool((delta == delta.half().float()).all()):
+            cause, hint = DELTA_FP16, None
+        else:
+            cause, hint = None, ("multiply dO and O elementwise in fp32 and sum over the head dim (axis 1): "
+                                 "one number per row")
+        where = f"case \"{case.name}\": {at(problem)}"
+        if fmt(problem.got) == fmt(problem.expected):  # a difference in the last digits: show them
+            where += f" (to 7 digits: got {problem.got:.7g}, expected {problem.expected:.7g})"
+        return fail("backward", 1, "D does not match rowsum(dO * O) in float64", where=where, cause=cause, hint=hint)
+    return Verdict(True, what("backward", 1), f"right for every row ({_CASES[1][0].name})")
 
 
 def _gradient_check(name, part, gradients, passed):
