@@ -394,8 +394,8 @@ def test_results_json_follows_gradescopes_format(graded):
     for t in results["tests"]:
         assert set(t) == {"name", "score", "max_score", "status", "output", "visibility"}
         assert t["status"] in ("passed", "failed") and t["visibility"] == "visible"
-    shared = [t for t in results["tests"] if "test_forward_ragged_seq_len[" in t["name"]]
-    assert len(shared) == 5 and all(t["max_score"] == 1 for t in shared)  # 5 points over 5 cases
+    shared = [t for t in results["tests"] if "test_forward_ragged_lengths[" in t["name"]]
+    assert len(shared) == 4 and all(t["max_score"] == 2 for t in shared)  # 8 points over 4 cases
     assert "forward.py: 40 / 40" in results["output"]
     json.dumps(results)
 
@@ -418,7 +418,7 @@ def test_a_batch_writes_a_row_as_each_finishes_and_resumes(tmp_path, capsys):
     assert grade.main(args) == 0
     rows = {r["submission"]: r for r in csv.DictReader(book.open())}
     assert {Path(s).name: rows[s]["score"] for s in rows} == {"good": "20", "empty": "0", "hangs": "0"}
-    assert list(rows[str(subs[0])]) == ["submission", "score", "max_score", "naive", "seconds", "notes"]
+    assert list(rows[str(subs[0])]) == ["submission", "score", "max_score", "naive", "integrity", "seconds", "notes"]
     assert json.loads((out / "good.json").read_text())["score"] == 20
     assert sorted(p.name for p in out.iterdir()) == ["empty.json", "good.json", "hangs.json"]
     # Run again, one more submission: only that one is graded.
