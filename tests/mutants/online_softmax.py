@@ -12,4 +12,7 @@ MUTANTS = [
         "l = torch.exp(x_block - m[..., None]).sum(dim=-1)"), loses=7.5),
     _m("softmax_drops_ragged_tail", "online_softmax.py", "the loop skips the last, shorter block",
        ("for start in range(0, n, block_size):", "for start in range(0, n - block_size + 1, block_size):"), loses=7.5),
+    _m("softmax_returns_float32", "online_softmax.py",
+       "returns the float32 probabilities for an fp16 x: right values, not the dtype the docstring promises",
+       ("    return probs.to(x.dtype)", "    return probs"), loses=2),
 ]
