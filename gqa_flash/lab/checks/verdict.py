@@ -13,6 +13,7 @@ of the float64 reference, and :func:`first_cause`, which replays the usual
 mistakes and says which one your output matches.
 """
 
+import contextlib
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from gqa_flash import impl, layout, testing
+from gqa_flash import impl, integrity, layout, testing
 
 # Every checked file's parts, numbered as the banners in the file number them.
 PARTS = {
@@ -160,14 +161,24 @@ def load(module: str):
 def run_student(module: str, fn, *args, part=None, **kwargs):
     """Call student code; NotImplementedError and crashes become verdicts (raised as Stop).
 
-    ``part`` is the part to blame when the failing line is in no part of the file.
+    ``part`` is the part to blame when the failing line is in no part of the file. A call of the student's
+    code itself (not a probe the checks built) runs under :class:`gqa_flash.integrity.own_work`, as in the
+    graded tests: an answer that comes from the course's kernels, reference or checks is a FAIL here too.
     """
+    lab = Path(__file__).resolve().parent.parent
+    code = getattr(fn, "__code__", None)
+    probe = code is not None and lab in Path(code.co_filename).resolve().parents
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), (contextlib.nullcontext() if probe else integrity.own_work(module)):
             warnings.simplefilter("ignore")
             return fn(*args, **kwargs)
     except Stop:
         raise
+    except AssertionError as e:
+        if not integrity.is_violation(e):
+            raise _failure(module, e, part) from None
+        raise Stop(fail(module, part, str(integrity.unwrap(e)).removeprefix(integrity.PREFIX),
+                        hint="the graded tests score this part 0 while it does")) from None
     except NotImplementedError as e:
         m = re.search(r"Part (\d+)", str(e))
         p = int(m.group(1)) if m else (_part_from_traceback(module, e)[0] or part)
@@ -175,10 +186,14 @@ def run_student(module: str, fn, *args, part=None, **kwargs):
         raise Stop(fail(module, p, f"Part {p} is not implemented yet" if p else "not implemented yet",
                         hint=f"open {rel(module)}, fill in Part {p}, save, and re-run this cell")) from None
     except Exception as e:
-        p, line = _part_from_traceback(module, e)
-        p = p or _part_of_compile_error(module, e) or part
-        where = f"{rel(module)}, line {line}" if line else None
-        raise Stop(fail(module, p, f"your code raised {describe_exception(e)}", where=where)) from None
+        raise _failure(module, e, part) from None
+
+
+def _failure(module: str, e: Exception, part) -> Stop:
+    p, line = _part_from_traceback(module, e)
+    p = p or _part_of_compile_error(module, e) or part
+    where = f"{rel(module)}, line {line}" if line else None
+    return Stop(fail(module, p, f"your code raised {describe_exception(e)}", where=where))
 
 
 def _part_regions(path: Path) -> list[tuple[int, int, int]]:
