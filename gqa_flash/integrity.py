@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from pathlib import Path
 
+import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _python_dispatch
 
-from gqa_flash import impl
+from gqa_flash import impl, runtime
 from gqa_flash.layout import COURSE_DIR, PACKAGE_DIR
 
 PREFIX = "integrity: "
@@ -47,6 +50,11 @@ _FORBIDDEN_API = ("fast_attention_forward", "fast_attention_backward")
 # PyTorch's attention, by the words in its operators' names (SDPA and its backends, FlexAttention).
 _ATTENTION_WORDS = ("scaled_dot_product", "flex_attention", "_flash_attention", "_efficient_attention",
                     "cudnn_attention")
+
+
+# What turns PyTorch's function and dispatch modes off under it (so the guard above would not see).
+_SWITCHES = [(torch._C, "DisableTorchFunction"), (torch._C, "DisableTorchFunctionSubclass"),
+             (torch._C, "_DisableTorchDispatch"), (_python_dispatch, "_disable_current_modes")]
 
 
 class IntegrityViolation(AssertionError):
@@ -100,7 +108,7 @@ class own_work:
         self.what = what or part
         self.file = Path(impl.path_of(part)).resolve()
         self._saved: list = []
-        self._mode = None
+        self._modes_on: list = []
         self._entry = None  # the frame that entered: the stack above it is the caller's, not the graded call's
 
     # --- what the student's line was ------------------------------------------------
@@ -147,18 +155,34 @@ class own_work:
 
     # --- the hooks -----------------------------------------------------------------------
 
-    def _function_mode(self):
+    def _attention(self, name: str) -> None:
+        if attention_op(name):
+            raise self._violation(self._graded_frame(sys._getframe(2)), f"called PyTorch's {name}")
+
+    def _modes(self):
+        """A function mode (names SDPA where Python called it) and a dispatch mode (every ATen op: the
+        attention operators by name, and the stack; it still sees what DisableTorchFunction hides)."""
+        from torch.utils._python_dispatch import TorchDispatchMode
+
         guard = self
 
-        class Watch(TorchFunctionMode):
+        class WatchCalls(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                name = getattr(func, "__name__", "")
-                if any(word in name for word in _ATTENTION_WORDS):
-                    raise guard._violation(guard._graded_frame(sys._getframe(1)), f"called PyTorch's {name}")
+                guard._attention(getattr(func, "__name__", ""))
+                return func(*args, **(kwargs or {}))
+
+        class WatchOps(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                guard._attention(func.overloadpacket.__name__)
                 guard.check_stack()
                 return func(*args, **(kwargs or {}))
 
-        return Watch()
+        return [WatchCalls(), WatchOps()]
+
+    def _refuse(self, did: str):
+        def refuse(*args, **kwargs):
+            raise self._violation(self._graded_frame(sys._getframe(1)), did)
+        return refuse
 
     def _patch(self, cls, name, wrapper):
         original = cls.__dict__[name]
@@ -185,15 +209,36 @@ class own_work:
                 return call(fn_self, *args, **kwargs)
             return checked
 
+        def interpreted_op(op):
+            def checked(builder, *args, **kwargs):
+                guard.check_stack()  # a fast kernel's helper run as plain Python (.fn) inside the student's kernel
+                return op(builder, *args, **kwargs)
+            return checked
+
         self._patch(JITFunction, "run", launch)
         self._patch(InterpretedFunction, "run", launch)
         self._patch(InterpretedFunction, "__call__", device_call)
-        self._mode = self._function_mode()
-        self._mode.__enter__()
+        if runtime.INTERPRETER:
+            from triton.runtime.interpreter import InterpreterBuilder
+
+            for op in ("create_dot", "create_masked_load", "create_masked_store"):
+                self._patch(InterpreterBuilder, op, interpreted_op)
+            # Work done in another thread escapes the modes below (they are per thread). Graded code needs none.
+            self._patch(threading.Thread, "start", lambda start: self._refuse("started a thread"))
+        # Switches that turn PyTorch's hooks off for the code under them: graded code needs none of them.
+        for owner, name in _SWITCHES:
+            if hasattr(owner, name):
+                self._saved.append((owner, name, getattr(owner, name)))
+                setattr(owner, name, self._refuse(f"switched off PyTorch's hooks ({name})"))
+        self._modes_on = self._modes()
+        for mode in self._modes_on:
+            mode.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        self._mode.__exit__(exc_type, exc, tb)
+        for mode in reversed(self._modes_on):
+            mode.__exit__(exc_type, exc, tb)
+        self._modes_on = []
         for cls, name, original in reversed(self._saved):
             setattr(cls, name, original)
         self._saved.clear()

@@ -78,6 +78,28 @@ ROUTES = {
                                                                     enable_gqa=True)
         '''),
 }
+ROUTES["naive_calls_sdpa_with_the_hooks_off"] = ("naive", "switched off PyTorch's hooks", '''
+        import torch
+
+        def naive_attention(q, k, v, causal=True, sm_scale=None):
+            with torch._C.DisableTorchFunction():
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
+                                                                        enable_gqa=True)
+        ''')
+ROUTES["tiled_runs_the_reference_in_a_thread"] = ("tiled", "started a thread", '''
+        import threading
+        import gqa_flash
+
+        def tiled_attention(q, k, v, causal=True, sm_scale=None, block_m=64, block_n=64, return_lse=False):
+            q[..., :block_m, :] @ k[..., :block_n, :].transpose(-1, -2)  # one tile, for the count
+            out = {}
+            worker = threading.Thread(target=lambda: out.update(r=gqa_flash.reference_attention(q, k, v, causal,
+                                                                                            sm_scale)))
+            worker.start()
+            worker.join()
+            o, lse = out["r"]
+            return (o.to(q.dtype), lse.float()) if return_lse else o.to(q.dtype)
+        ''')
 # A merge that returns the notebook check's float64 answer: the rest of online_softmax.py is the solution's.
 MERGE_FROM_THE_CHECK = solution("online_softmax.py").replace(
     "def merge_states(m_a, l_a, m_b, l_b):\n",
@@ -177,6 +199,38 @@ def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path, mo
                                                            r"gqa_flash/fast/forward.py"):
         with guard:
             namespace["kernel"][(1,)](y, N=16)
+
+
+def test_a_fast_helper_run_as_plain_python_inside_the_students_kernel_is_refused(tmp_path, monkeypatch):
+    # .fn is the helper's Python function: the interpreter runs it without a jit call the guard could see.
+    if not gqa_flash.runtime.INTERPRETER:
+        pytest.skip("a compiled kernel cannot call a plain Python function")
+    graded = tmp_path / "forward.py"
+    graded.write_text(textwrap.dedent('''
+        import triton
+        import triton.language as tl
+        from gqa_flash.fast import forward as fast
+
+
+        @triton.jit
+        def kernel(S, V, Y, N: tl.constexpr):
+            offs = tl.arange(0, N)
+            s = tl.load(S + offs[:, None] * N + offs[None, :])
+            v = tl.load(V + offs[:, None] * N + offs[None, :])
+            acc = tl.zeros([N, N], dtype=tl.float32)
+            row_sum = tl.zeros([N], dtype=tl.float32)
+            row_max = tl.full([N], float("-inf"), dtype=tl.float32)
+            acc, row_sum, row_max = fast._fold.fn(acc, row_sum, row_max, s, v, 1.0, "ieee")
+            tl.store(Y + offs[:, None] * N + offs[None, :], acc)
+        '''))
+    namespace = {}
+    exec(compile(graded.read_text(), str(graded), "exec"), namespace)
+    guard = integrity.own_work("forward")
+    monkeypatch.setattr(guard, "file", graded.resolve())
+    s, v, y = (torch.randn(16, 16) for _ in range(3))
+    with pytest.raises(integrity.IntegrityViolation, match=r"called gqa_flash.fast.forward._fold"):
+        with guard:
+            namespace["kernel"][(1,)](s, v, y, N=16)
 
 
 def test_the_honest_kernel_passes_the_guard():

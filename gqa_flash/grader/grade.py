@@ -91,7 +91,7 @@ class Report:
         lines = [f"gqa-flash: {_num(self.score)} / {_num(self.max_score)} points"]
         if self.error is not None:
             lines = [f"gqa-flash: not graded ({self.error}); ask the course staff to look at this submission"]
-        lines.extend(f"INTEGRITY: {flag}" for flag in self.integrity)
+        lines.extend(_integrity_lines(self.integrity))
         for tests in self.parts().values():
             got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
             lines.append(f"  {_part_name(tests[0])}: {_num(got)} / {_num(worth)}  {_verdict(tests)}")
@@ -113,6 +113,11 @@ def zero_parts_not_own(tests: list[TestResult]) -> list[str]:
                 t.passed = False
                 t.message = f"0 points: {part}.py did not do its own work (see {first.name})"
     return flags
+
+
+def _integrity_lines(flags: list[str]) -> list[str]:
+    """A part scored 0 for work not its own reads INTEGRITY; a name worth a look (no points lost) reads review."""
+    return [f"integrity {flag}" if flag.startswith("review:") else f"INTEGRITY: {flag}" for flag in flags]
 
 
 def _num(x: float) -> str:
@@ -172,7 +177,7 @@ def table(report: Report) -> str:
         return "\n".join([f"{report.submission}: NOT GRADED ({report.seconds:.0f} s): {report.error}", "",
                           "notes:", *[f"  - {n}" for n in report.notes]])
     rows = [f"{report.submission}: {_num(report.score)} / {_num(report.max_score)} points "
-            f"({report.seconds:.0f} s)", *[f"  INTEGRITY: {flag}" for flag in report.integrity], "",
+            f"({report.seconds:.0f} s)", *[f"  {line}" for line in _integrity_lines(report.integrity)], "",
             f"  {'part':<24} {'points':>11}  verdict"]
     for tests in report.parts().values():
         got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
@@ -419,7 +424,8 @@ def _main(argv: list[str] | None) -> int:
             if book is not None:
                 book.add(report)
             flag = f"  ({len(report.notes)} note{'s' * (len(report.notes) != 1)})" if report.notes else ""
-            flag += "  INTEGRITY: " + "; ".join(report.integrity) if report.integrity else ""
+            scored = [f for f in report.integrity if not f.startswith("review:")]
+            flag += "  INTEGRITY: " + "; ".join(scored) if scored else ""
             score = "ERROR" if report.error is not None else f"{_num(report.score):>6} / {_num(report.max_score)}"
             progress.done(f"{score}  {report.submission}{flag}")
 

@@ -43,8 +43,8 @@ def check(seed, causal=(True, False), sm_scale=None, dtype=F32, layout="contiguo
 
 
 GQA_CASES = [  # (Hq, Hkv, batch, N, D, dtype, K's layout, V's layout)
-    (8, 2, 1, 29, 24, F32, "contiguous", "bnhd"),
-    (6, 3, 1, 21, 48, F16, "bnhd", "contiguous"),
+    (8, 2, 2, 29, 24, F32, "contiguous", "bnhd"),
+    (6, 3, 2, 21, 48, F16, "bnhd", "contiguous"),
     (4, 1, 1, 40, 80, F32, "strided", "padded"),
     (2, 2, 2, 37, 32, F16, "contiguous", "strided"),
 ]
@@ -96,8 +96,8 @@ def test_forward_ragged_lengths(seed, case):
     # Sequence lengths that are not a multiple of the tiles: the last query tile and the last key
     # block are partly padding, which must be masked.
     seq_len, n_q_heads, n_kv_heads, head_dim, dtype, v_layout = case
-    check(seed, dtype=dtype, v_layout=v_layout, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=seq_len,
-          head_dim=head_dim)
+    check(seed, dtype=dtype, v_layout=v_layout, batch=2, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads,
+          seq_len=seq_len, head_dim=head_dim)
 
 
 DTYPE_CASES = [  # (dtype, D, sm_scale, K's layout, V's layout)
@@ -115,7 +115,7 @@ def test_forward_dtypes_head_dims_and_scales(seed, case):
     # 40, 80 and 96 are not powers of two: padded to 64 and 128 inside the kernel, and the padding
     # columns must read 0. fp16 multiplies in fp16 with fp32 sums; a chosen sm_scale replaces 1/sqrt(D).
     dtype, head_dim, sm_scale, layout, v_layout = case
-    check(seed, sm_scale=sm_scale, dtype=dtype, layout=layout, v_layout=v_layout, batch=1, n_q_heads=4,
+    check(seed, sm_scale=sm_scale, dtype=dtype, layout=layout, v_layout=v_layout, batch=2, n_q_heads=4,
           n_kv_heads=2, seq_len=41, head_dim=head_dim)
 
 

@@ -77,4 +77,8 @@ MUTANTS = [
         "o_base = O + batch_idx * stride_ob + q_head_idx * stride_oh"),
        ("lse_base = LSE + batch_idx.to(tl.int64) * stride_lb + q_head_idx.to(tl.int64) * stride_lh",
         "lse_base = LSE + batch_idx * stride_lb + q_head_idx * stride_lh"), loses=0.5),
+    _m("forward_lse_batch_stride", "forward.py",
+       "the LSE's batch offset taken with the head stride: every batch past the first writes the wrong rows",
+       ("lse_base = LSE + batch_idx.to(tl.int64) * stride_lb", "lse_base = LSE + batch_idx.to(tl.int64) * stride_lh"),
+       loses=20),
 ]
