@@ -18,12 +18,18 @@ the graded file, its line and what it called, and starts with ``integrity:``.
 The grader scores the whole part 0 for it and flags the submission in its own
 CSV column; a plain ``pytest tests/graded`` run does the same in its table.
 
-How it sees them, cheaply: every PyTorch call made inside (a function mode)
-looks at the Python stack for a frame of a forbidden file or function, and every
-Triton launch (and, in the interpreter, every call of a ``@triton.jit`` helper)
-checks the file the kernel was defined in. What it cannot stop: a submission
-written to defeat it (it runs in the tests' own process, and can patch this
-module); README, "What the grader does not stop".
+How it sees them, cheaply: every ATen op run inside (a dispatch mode, which
+``DisableTorchFunction`` does not switch off) looks at the Python stack for a
+frame of a forbidden file or function, and PyTorch's attention is refused by
+name; every Triton launch (and, in the interpreter, every call of a
+``@triton.jit`` helper) checks the file the kernel was defined in, and every
+interpreted dot, load and store looks at the stack too (a fast helper run as
+plain Python, ``.fn``). The switches that turn PyTorch's modes off are refused
+while it runs, and so, in the interpreter, is starting a thread (the modes are
+per thread). What it cannot stop: a submission written to defeat it (it runs in
+the tests' own process, and can patch this module, or bind a switch before the
+test starts); README, "What the grader does not stop"; the grader flags such
+names for review.
 """
 
 from __future__ import annotations

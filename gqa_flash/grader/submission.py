@@ -46,7 +46,8 @@ USUAL_COURSE_IMPORTS = {"gqa_flash", "gqa_flash.runtime"} | {f"gqa_flash.{m}" fo
 ANSWER_NAMES = {"fast", "fast_attention_forward", "fast_attention_backward", "reference", "reference_attention",
                 "reference_decode", "reference_gradients", "reference_softmax", "lab", "checks", "solutions",
                 "integrity", "address_check", "testing", "kernel_only", "_getframe", "settrace", "setprofile",
-                "scaled_dot_product_attention", "flex_attention"}
+                "scaled_dot_product_attention", "flex_attention", "DisableTorchFunction",
+                "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "_disable_current_modes"}
 
 
 @dataclass
