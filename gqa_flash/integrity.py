@@ -109,10 +109,10 @@ class own_work:
     ``what`` names the call in messages ("flash_attention_forward").
     """
 
-    def __init__(self, part: str, what: str | None = None):
+    def __init__(self, part: str, what: str | None = None, file=None):
         self.part = part
         self.what = what or part
-        self.file = Path(impl.path_of(part)).resolve()
+        self.file = Path(file or impl.path_of(part)).resolve()  # file: the module a check loaded, if elsewhere
         self._saved: list = []
         self._modes_on: list = []
         self._entry = None  # the frame that entered: the stack above it is the caller's, not the graded call's
@@ -253,6 +253,16 @@ class own_work:
         if found is not None and found is not exc:
             raise found from None  # Triton's interpreter wraps what a kernel raised: give the student ours
         return False
+
+
+def warm_up() -> None:
+    """Enter PyTorch's dispatch-mode machinery once: the first time imports torch._dynamo (1.5 s here), which
+    must not count against the first graded test's time limit. The grader's plugin and the graded tests'
+    conftest call this before any test starts."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    with TorchDispatchMode():
+        pass
 
 
 def unwrap(exc):

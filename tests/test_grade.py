@@ -461,11 +461,12 @@ def test_a_submission_the_grader_cannot_grade_is_an_error_not_a_zero(tmp_path, m
     assert failed.summary().startswith("gqa-flash: not graded")
 
 
-def test_a_thread_left_running_after_the_last_test_costs_seconds_not_the_deadline(tmp_path, monkeypatch):
-    """A non-daemon thread keeps the test process alive after its last test: it is killed once every test
+def test_a_process_that_will_not_exit_after_the_last_test_costs_seconds_not_the_deadline(tmp_path, monkeypatch):
+    """Something the submission left behind (here an atexit handler that sleeps; a thread would be refused by
+    the integrity guard) keeps the test process alive after its last test: it is killed once every test
     has its result (here after 1 s), with a note, instead of running on to the submission's deadline."""
-    thread = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\n"
-    lingers = solution("naive.py") + "\n" + thread
+    stays = "import atexit, time\natexit.register(time.sleep, 600)\n"
+    lingers = solution("naive.py") + "\n" + stays
     sub = folder(tmp_path, "lingers", {"naive.py": lingers})
     monkeypatch.setattr(testrun, "EXIT_GRACE_S", 1.0)
     report = grade.grade(sub, only={"naive"}, limits=Limits(submission_s=300), workdir=tmp_path)

@@ -188,6 +188,7 @@ def pytest_configure(config):
 
     if runtime.DEVICE.type == "cpu":  # CUDA maps far more address space than it uses
         _limit(resource.RLIMIT_AS, int(config.getoption("grade_memory_gb") * 2**30))
+    integrity.warm_up()  # a one-time cost of the guard's machinery, not any test's
     _recorder = _Recorder(config)
 
 

@@ -37,6 +37,9 @@ def pytest_configure(config):
         config.option.tbstyle = "no"
         config.option.reportchars = ""
     _START.append(time.monotonic())
+    from gqa_flash import integrity
+
+    integrity.warm_up()  # the guard's one-time import, before any test's time limit starts
 
 
 def pytest_collection_modifyitems(session, config, items):
