@@ -82,17 +82,19 @@ def _forbidden_file(filename: str) -> bool:
     return path is not None and (path in _FORBIDDEN_FILES or any(d in path.parents for d in _FORBIDDEN_DIRS))
 
 
+def _fast_entry_point(code) -> bool:
+    """Whether a code object is one of api.py's fast_* functions (api.py also holds the graded entry points)."""
+    return code.co_name in _FORBIDDEN_API and Path(code.co_filename).name == "api.py"
+
+
 def _forbidden_frame(frame) -> bool:
-    code = frame.f_code
-    if code.co_name in _FORBIDDEN_API and code.co_filename.endswith("api.py"):
-        return True
-    return _forbidden_file(code.co_filename)
+    return _fast_entry_point(frame.f_code) or _forbidden_file(frame.f_code.co_filename)
 
 
 def _name_of(frame) -> str:
     """How a student would write the call: gqa_flash.fast_attention_forward, gqa_flash.reference.reference_attention."""
     code = frame.f_code
-    if code.co_name in _FORBIDDEN_API and Path(code.co_filename).name == "api.py":
+    if _fast_entry_point(code):
         return f"gqa_flash.{code.co_name}"
     module = frame.f_globals.get("__name__", Path(code.co_filename).stem)
     return f"{module}.{getattr(code, 'co_qualname', code.co_name)}"

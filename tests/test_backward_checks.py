@@ -5,17 +5,15 @@ the part the bug is in must FAIL and give the cause written for that mistake, so
 reads what is wrong and where, not only that something is.
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-from gqa_flash import impl
 from gqa_flash.lab.checks import backward
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mutants.catalog import MUTANTS  # noqa: E402
+from mutants.catalog import MUTANTS, serve  # noqa: E402
 
 _TEXT = {**{bug: text for part in backward._MISTAKES.values() for bug, text in part}}  # the mistakes' causes
 
@@ -40,14 +38,7 @@ def test_every_backward_mutant_has_its_expected_cause():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("mutant", BACKWARD_MUTANTS, ids=lambda m: m.name)
 def test_the_check_names_the_mistake(mutant, tmp_path, monkeypatch, capsys):
-    path = tmp_path / "backward.py"
-    path.write_text(mutant.apply((impl.SOLUTIONS_DIR / "backward.py").read_text()))
-    spec = importlib.util.spec_from_file_location("mutant_backward", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    real_load = impl.load
-    monkeypatch.setattr(impl, "load",
-                        lambda name, choice=None: module if name == "backward" else real_load(name, choice))
+    serve(mutant.imported(tmp_path), "backward", monkeypatch)
     check_name, cause = EXPECTED[mutant.name]
     verdict = getattr(backward, check_name).verdict()
     printed = capsys.readouterr().out

@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from gqa_flash import impl
 from gqa_flash.lab.checks import kernel, replays, tiled
 from gqa_flash.reference import reference_attention
 
 COURSE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from mutants.catalog import MUTANTS  # noqa: E402
+from mutants.catalog import MUTANTS, serve  # noqa: E402
 
 
 def _tool():
@@ -93,13 +92,7 @@ def test_every_classic_answer_bug_of_tiled_has_an_expected_cause():
 
 @pytest.mark.parametrize("mutant", TILED_MUTANTS, ids=lambda m: m.name)
 def test_check_tiled_names_the_cause_of_each_classic_bug(mutant, tmp_path, monkeypatch, capsys):
-    path = tmp_path / "tiled.py"
-    path.write_text(mutant.apply((impl.SOLUTIONS_DIR / "tiled.py").read_text()))
-    spec = importlib.util.spec_from_file_location("mutant_tiled", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    real_load = impl.load
-    monkeypatch.setattr(impl, "load", lambda name, choice=None: module if name == "tiled" else real_load(name, choice))
+    serve(mutant.imported(tmp_path), "tiled", monkeypatch)
     verdict = tiled.check_tiled.verdict()
     printed = capsys.readouterr().out
     assert not verdict.ok, printed

@@ -7,7 +7,6 @@ The check of a part runs a probe (gqa_flash/lab/checks/probes.py) on the mutated
 solutions pass every check.
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from gqa_flash import impl
 from gqa_flash.lab.checks import decode_parts
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mutants.catalog import MUTANTS  # noqa: E402
+from mutants.catalog import MUTANTS, serve  # noqa: E402
 
 # mutant -> (the check that must fail, words its verdict must hold: what is wrong, and the fix)
 EXPECTED = {
@@ -36,28 +35,13 @@ EXPECTED = {
 BY_NAME = {m.name: m for m in MUTANTS}
 
 
-def _use(module, monkeypatch):
-    """Make the checks see ``module`` as the student's decode.py."""
-    real_load = impl.load
-    monkeypatch.setattr(impl, "load", lambda name, choice=None: module if name == "decode" else real_load(name, choice))
-
-
-def _mutated(mutant, tmp_path):
-    path = tmp_path / f"{mutant.name}.py"  # a file of its own: Triton reads the kernels' source from it
-    path.write_text(mutant.apply((impl.SOLUTIONS_DIR / "decode.py").read_text()))
-    spec = importlib.util.spec_from_file_location(f"mutant_{mutant.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_expected_mutant_exists():
     assert set(EXPECTED) <= set(BY_NAME), "a decode mutant named here was renamed or removed"
 
 
 def test_the_solutions_pass_the_part_checks(monkeypatch):
     solution = impl.load("decode", "solutions")
-    _use(solution, monkeypatch)
+    serve(solution, "decode", monkeypatch)
     for check in {check for check, _ in EXPECTED.values()}:
         verdict = check.verdict()
         assert verdict.ok, verdict
@@ -66,7 +50,7 @@ def test_the_solutions_pass_the_part_checks(monkeypatch):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_the_part_check_names_the_mistake(name, tmp_path, monkeypatch, capsys):
     mutant = BY_NAME[name]
-    _use(_mutated(mutant, tmp_path), monkeypatch)
+    serve(mutant.imported(tmp_path), "decode", monkeypatch)
     check, words = EXPECTED[name]
     verdict = check.verdict()
     capsys.readouterr()

@@ -8,7 +8,6 @@ strides): the probes of probes.py must show them anyway. The checks run here on 
 temporary file, in place of impl.load.
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -42,19 +41,10 @@ NAMED = {
 }
 
 
-def _module(tmp_path, text, name):
-    path = tmp_path / f"forward_{name}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(f"forward_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("name", list(NAMED))
 def test_the_check_names_the_planted_bug(monkeypatch, tmp_path, name):
     mutant = next(m for m in MUTANTS if m.name == name)
-    module = _module(tmp_path, mutant.apply(SOLUTION.read_text()), name)
+    module = mutant.imported(tmp_path)
     monkeypatch.setattr(probes, "load", lambda _: module)
     part, words = NAMED[name]
     verdict = CHECKS[part].verdict()

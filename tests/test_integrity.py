@@ -175,7 +175,14 @@ def test_a_kernel_defined_elsewhere_is_refused():
     assert torch.equal(x, y)
 
 
-def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path, monkeypatch):
+def _as_graded_forward(graded):
+    """The kernels of a file written in a test, and the guard that takes that file for the graded forward.py."""
+    namespace = {}
+    exec(compile(graded.read_text(), str(graded), "exec"), namespace)
+    return namespace, integrity.own_work("forward", file=graded)
+
+
+def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path):
     if not gqa_flash.runtime.INTERPRETER:
         pytest.skip("a compiled kernel inlines its helpers; the interpreter calls them")
     graded = tmp_path / "forward.py"
@@ -190,10 +197,7 @@ def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path, mo
             acc, row_sum, row_max = fast._empty_state(N, N)
             tl.store(Y + tl.arange(0, N), row_sum)
         '''))
-    namespace = {}
-    exec(compile(graded.read_text(), str(graded), "exec"), namespace)
-    guard = integrity.own_work("forward")
-    monkeypatch.setattr(guard, "file", graded.resolve())
+    namespace, guard = _as_graded_forward(graded)
     y = torch.empty(16, device=gqa_flash.runtime.DEVICE)
     with pytest.raises(integrity.IntegrityViolation, match=r"called the Triton function _empty_state of "
                                                            r"gqa_flash/fast/forward.py"):
@@ -201,7 +205,7 @@ def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path, mo
             namespace["kernel"][(1,)](y, N=16)
 
 
-def test_a_fast_helper_run_as_plain_python_inside_the_students_kernel_is_refused(tmp_path, monkeypatch):
+def test_a_fast_helper_run_as_plain_python_inside_the_students_kernel_is_refused(tmp_path):
     # .fn is the helper's Python function: the interpreter runs it without a jit call the guard could see.
     if not gqa_flash.runtime.INTERPRETER:
         pytest.skip("a compiled kernel cannot call a plain Python function")
@@ -223,10 +227,7 @@ def test_a_fast_helper_run_as_plain_python_inside_the_students_kernel_is_refused
             acc, row_sum, row_max = fast._fold.fn(acc, row_sum, row_max, s, v, 1.0, "ieee")
             tl.store(Y + offs[:, None] * N + offs[None, :], acc)
         '''))
-    namespace = {}
-    exec(compile(graded.read_text(), str(graded), "exec"), namespace)
-    guard = integrity.own_work("forward")
-    monkeypatch.setattr(guard, "file", graded.resolve())
+    namespace, guard = _as_graded_forward(graded)
     s, v, y = (torch.randn(16, 16) for _ in range(3))
     with pytest.raises(integrity.IntegrityViolation, match=r"called gqa_flash.fast.forward._fold"):
         with guard:

@@ -18,7 +18,11 @@ into a failure to remind you).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
+
+from gqa_flash import impl
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,16 @@ class Mutant:
     def module(self) -> str:
         return self.file.removesuffix(".py")
 
+    def imported(self, folder: Path):
+        """The mutated solution file, written to ``folder`` and imported as a module of its own (a file of its
+        own: Triton reads the kernels' source from it)."""
+        path = Path(folder) / f"{self.name}.py"
+        path.write_text(self.apply((impl.SOLUTIONS_DIR / self.file).read_text()))
+        spec = importlib.util.spec_from_file_location(f"mutant_{self.name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
     def apply(self, text: str) -> str:
         for old, new in self.edits:
             count = text.count(old)
@@ -41,6 +55,13 @@ class Mutant:
                 raise ValueError(f"mutant {self.name}: {old!r} occurs {count} times in {self.file}, not once")
             text = text.replace(old, new)
         return text
+
+
+def serve(module, name: str, monkeypatch) -> None:
+    """Make ``impl.load(name)`` (so the API and the notebook checks) give ``module``; the other files as usual."""
+    real_load = impl.load
+    monkeypatch.setattr(impl, "load",
+                        lambda wanted, choice=None: module if wanted == name else real_load(wanted, choice))
 
 
 def _m(name, file, bug, *edits, survives="", loses=0.0):
