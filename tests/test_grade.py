@@ -414,7 +414,7 @@ def test_a_batch_writes_a_row_as_each_finishes_and_resumes(tmp_path, capsys):
             folder(tmp_path, "hangs", {"naive.py": PLAIN_HANG})]
     out, book = tmp_path / "results", tmp_path / "grades.csv"
     args = [*map(str, subs), "--only", "naive", "--csv", str(book), "--out", str(out), "--jobs", "2",
-            "--test-timeout-cap", "3", "--workdir", str(tmp_path)]
+            "--test-timeout-cap", "10", "--workdir", str(tmp_path)]
     assert grade.main(args) == 0
     rows = {r["submission"]: r for r in csv.DictReader(book.open())}
     assert {Path(s).name: rows[s]["score"] for s in rows} == {"good": "20", "empty": "0", "hangs": "0"}
