@@ -13,8 +13,9 @@ The notebooks call one check after every exercise (``checks.check_naive()``,
   verdict.
 
 A verdict is one line, ``PASS`` or ``FAIL``, the file and the part, then on a
-failure a few indented lines: where the first wrong value is, and the most
-likely cause. The likely cause comes from replaying the usual mistakes (``%``
+failure a few indented lines: where the first wrong value is, and (when the
+same failure is checked again, or on ``checks.explain()``) the most likely
+cause and a hint. The likely cause comes from replaying the usual mistakes (``%``
 for ``//``, a missing rescale, a mask off by one, ``exp`` for ``exp2``...) in
 float64 and seeing which one your output matches.
 
@@ -52,7 +53,7 @@ from gqa_flash.lab.checks.naive import check_naive
 from gqa_flash.lab.checks.softmax import check_block_state, check_merge_states, check_online_softmax
 from gqa_flash.lab.checks.tiled import check_tiled
 from gqa_flash.lab.checks.traffic import check_launch_order, check_traffic_model
-from gqa_flash.lab.checks.verdict import Verdict
+from gqa_flash.lab.checks.verdict import Verdict, explain
 
 _REQUIRED = (check_naive, check_block_state, check_merge_states, check_online_softmax, check_tiled)
 
@@ -84,6 +85,7 @@ def progress() -> None:
 
 __all__ = [
     "Verdict",
+    "explain",
     "ErrorMap",
     "check_naive",
     "check_block_state",

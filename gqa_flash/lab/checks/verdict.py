@@ -1,7 +1,11 @@
 """What every check shares: the verdict, running your code safely, and comparing tensors.
 
 A check never raises for a wrong answer, and never lets your code's exception
-through: whatever happens, it comes back with a :class:`Verdict`. Inside a
+through: whatever happens, it comes back with a :class:`Verdict`. A failure is
+told in two steps: first what is wrong and where (which rows, heads, tokens or
+output), with no code in it; the likely cause and its fix come when the same
+failure is checked a second time (re-run the cell), or at once from
+``checks.explain()``. Looking first is how the lesson is learnt. Inside a
 check, the way out is ``raise Stop(verdict)``; :func:`run_student` turns a
 ``NotImplementedError`` or a crash in your file into such a verdict, naming
 the part whose STUDENT IMPLEMENTATION banner holds the line that failed.
@@ -77,15 +81,46 @@ class Verdict:
     def headline(self) -> str:
         return f"{'PASS' if self.ok else 'FAIL'} {self.what}: {self.message}"
 
-    def lines(self) -> list[str]:
+    def lines(self, reveal: bool = True) -> list[str]:
+        """The verdict's lines; with ``reveal=False`` a failure's cause and hint are held back (step one)."""
         out = [self.headline()]
-        for label, text in (("where", self.where), ("likely cause", self.cause), ("hint", self.hint)):
+        held = not reveal and not self.ok and self.cause
+        shown = (("where", self.where),) if held else (
+            ("where", self.where), ("likely cause", self.cause), ("hint", self.hint))
+        for label, text in shown:
             if text:
                 out.append(f"    {label}: {text}")
+        if held:
+            out.append(f"    {STEP_TWO}")
         return out
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
+
+
+# What step one ends with. A failure with no cause (a part not started, a crash) shows its hint at once.
+STEP_TWO = "cause: look where it points first; re-run this cell for the likely cause and a fix (or checks.explain())"
+
+_SEEN: dict[str, str] = {}  # what -> the cause last shown for it (step one)
+_LAST: list = []  # the last failing verdict printed
+
+
+def staged(verdict: Verdict) -> str:
+    """What a notebook's check prints: step one the first time a failure is seen, everything the second.
+
+    A failure is the same when its file, part and cause are (its values may differ: the inputs are fresh).
+    """
+    if verdict.ok or not verdict.cause:
+        return str(verdict)
+    _LAST[:] = [verdict]
+    second = _SEEN.get(verdict.what) == verdict.cause
+    _SEEN[verdict.what] = verdict.cause
+    return "\n".join(verdict.lines(reveal=second))
+
+
+def explain() -> None:
+    """Print the last failing check's verdict in full: its likely cause and hint too."""
+    print(_LAST[0] if _LAST else "no check has failed yet in this session")
 
 
 def what(module: str, part=None) -> str:
@@ -125,7 +160,7 @@ def prints_verdict(body):
     """
 
     def check() -> None:
-        print(verdict_of(body))
+        print(staged(verdict_of(body)))
 
     check.__name__, check.__qualname__ = body.__name__, body.__qualname__
     check.__doc__, check.__module__ = body.__doc__, body.__module__
