@@ -8,9 +8,9 @@
 #   bash bench/backward_sweep.sh [--out DIR] [--budget SECONDS]
 #
 # Writes backward.csv, environment.txt and backward_sweep.log; committed runs of it are
-# notebooks/data/h200_backward_main.csv (beside the forward sweep's h200_forward_beside_backward.csv)
+# bench/record/h200_backward_main.csv (beside the forward sweep's h200_forward_beside_backward.csv)
 # and h200_backward_without_ragged_loop.csv (one timing a provider, one after the other), and
-# h200_backward_main_interleaved.csv and ..._repeat.csv. Every provider is checked, then timed in
+# notebooks/data/h200_backward_main_interleaved.csv and ..._repeat.csv. Every provider is checked, then timed in
 # interleaved rounds (--rounds, default 5); the CSV's tiles column says what the course kernels'
 # autotuners picked.
 #

@@ -9,7 +9,7 @@
 #
 # Writes gpu_tests.log (pytest's output, the slowest tests last) and environment.txt.
 # Time on the H200: over 5 minutes in all. The forward float64 and stride tests alone took 5 min 46 s
-# (24 tests, notebooks/data/h200_gpu_tests.log); every fast config, the strides and the fast forward's
+# (24 tests, bench/record/h200_gpu_tests_forward.log); every fast config, the strides and the fast forward's
 # layouts 3 min 50 s with one slow graded fp32 D256 case (15 tests, h200_gpu_tests_fast_configs.log);
 # the backward tests and 9 graded float64 cases took 340 s (h200_gpu_tests_backward_and_graded_forward.log). Within
 # 10-minute device calls, run it in parts with -k (pytest matches file and test names):

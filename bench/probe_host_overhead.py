@@ -13,8 +13,8 @@ The backward both through autograd (as the sweeps call it) and called directly w
 Writes OUT.csv; prints each row. ``--profile`` also runs Python's profiler over 300 calls of the
 fast backward through autograd (head_dim 64, 1k, where its time was the host's) and writes the
 functions that took the host's time, by their own time and by cumulative time, to PROFILE.txt
-(notebooks/data/h200_host_profile_fast_backward_before.txt and ..._picks_kept.txt: before and after
-the fast kernels kept the autotuner's picks, bench/RESULTS.md).
+(bench/record/h200_host_profile_fast_backward_through_autotuner.txt and ..._picks_kept.txt: each call
+through the autotuner, then the fast kernels keeping its picks, bench/RESULTS.md).
 """
 
 import argparse

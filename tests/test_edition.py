@@ -24,6 +24,7 @@ import pytest
 
 from gqa_flash import layout
 from gqa_flash.grader import edition, release
+from gqa_flash.lab import results
 
 COURSE = layout.COURSE_DIR
 SOLUTIONS = release.SOLUTIONS_DIR
@@ -104,6 +105,30 @@ def test_the_edition_holds_what_a_student_needs_and_no_instructor_file(student_e
     makefile = (dest / "Makefile").read_text() + (dest / "course.mk").read_text()
     for target in ("lab:", "test-graded:", "grade:", "test:"):
         assert re.search(rf"^{target}", makefile, re.M), f"the edition's make has no {target[:-1]} target"
+
+
+def test_the_editions_bench_holds_no_probe_and_its_data_only_what_is_read(student_edition):
+    """bench/ keeps RESULTS.md, the shell scripts and the Python scripts that made a file of notebooks/data/;
+    the probes, the explorations and bench/record/ stay with the instructor. notebooks/data/ holds what a
+    notebook or the README reads (tests/test_results.py finds the readers), at most five files not CSV."""
+    from test_results import MAX_NOT_CSV, files_read  # tests/ is on the path, as for conftest.py
+
+    dest, files = student_edition
+    bench = sorted(name.removeprefix("bench/") for name in files if name.startswith("bench/"))
+    probes = [name for name in bench if name.startswith(("probe_", "explore_", "register_report", "record/"))]
+    assert not probes, f"the edition's bench/ holds probe scripts or the record: {probes}"
+    data_index = (dest / "notebooks" / "data" / "INDEX.csv").read_text()
+    scripts = [name for name in bench if name.endswith(".py")]
+    assert scripts and all(f"bench/{name}" in data_index for name in scripts), \
+        f"a script in the edition's bench/ made no file of notebooks/data/: {scripts}"
+
+    data = sorted(name.removeprefix("notebooks/data/") for name in files if name.startswith("notebooks/data/"))
+    indexed = {row["file"] for row in results.index(dest / "notebooks" / "data" / "INDEX.csv").values()}
+    assert set(data) == indexed | {"INDEX.csv"}, set(data) ^ (indexed | {"INDEX.csv"})
+    unread = [name for name in data if name != "INDEX.csv" and name not in files_read()]
+    assert not unread, f"the edition's notebooks/data/ holds files no notebook nor the README reads: {unread}"
+    not_csv = [name for name in data if not name.endswith(".csv")]
+    assert len(not_csv) <= MAX_NOT_CSV, not_csv
 
 
 def test_the_edition_command_refuses_a_folder_in_use(tmp_path, capsys):

@@ -11,7 +11,8 @@ It holds:
   release tool (it needs ``solutions/``);
 * the notebooks with their outputs cleared (the stored outputs come from a run
   with the solutions: their PASS lines would contradict the text, and their
-  printed values could give answers away), and the measured data;
+  printed values could give answers away), and ``notebooks/data/``, the
+  measurements the notebooks and the README read;
 * the graded tests, and the course's own checks that need no solutions
   (:data:`EDITION_TESTS`), which the edition's ``make test`` runs for its CI;
 * a README for students, built from the instructor's README: the blocks marked
@@ -22,7 +23,9 @@ It holds:
 
 It leaves out ``solutions/``, the mutants (they quote solution lines), the
 tests that need the solutions, ``tools/`` (they write notebooks from the
-instructor's data) and the benchmark's exploration scripts.
+instructor's data), the benchmark's exploration and probe scripts, and
+``bench/record/``, the rest of the measurements (bench/RESULTS.md discusses
+them; the student edition keeps that text, not the files).
 :func:`leaks` lists every line of a solution region that can still be read
 anywhere in an edition; ``tests/test_edition.py`` holds it to none, and proves
 the edition works: 0 points on its stubs, full marks with the solutions copied
@@ -53,6 +56,8 @@ LEFT_OUT = (
     "gqa_flash/grader/release.py",  # writes the stubs from solutions/
     "gqa_flash/grader/edition.py",  # this file: writes the edition from the instructor's repository
     "bench/explore_",  # exploration scripts that load the solutions by name
+    "bench/probe_", "bench/register_report.py",  # probes: one-off timings and compile reports behind bench/RESULTS.md
+    "bench/record/",  # the instructor's record: measurements no notebook reads (gqa_flash.lab.results)
     "bench/out/",  # results of the bench scripts run here (git ignores them)
 )
 # The course's own checks that need no solutions: the edition's `make test` runs them.

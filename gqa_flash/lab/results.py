@@ -1,16 +1,23 @@
-"""The committed measurements, by topic: one index, ``notebooks/data/INDEX.csv``.
+"""The committed measurements, by topic: two folders, each with its own ``INDEX.csv``.
 
-Each row of the index names one topic (``forward_main``, ``memory``, ...), the
-file under ``notebooks/data/`` that holds it, what was measured, the command
-that made it, the date and the GPU. Notebooks and their generators ask for a
-topic, never for a file name, so a newer run replaces an older one by editing
-one line of the index::
+* ``notebooks/data/`` holds what the notebooks and the README read; it ships
+  in the student edition.
+* ``bench/record/`` holds the rest of the record: superseded sweeps, tile
+  explorations, probes, the logs of tests/gpu. It stays with the instructor
+  (the student edition leaves it out), and bench/RESULTS.md discusses it.
+
+Each row of an index names one topic (``forward_main``, ``memory``, ...), the
+file in that index's folder that holds it, what was measured, the command
+that made it, the date and the GPU. A topic is listed once over both indexes.
+Notebooks and their generators ask for a topic, never for a file name, so a
+newer run replaces an older one by editing one line of an index::
 
     rows = results.load("forward_main")     # a CSV: its rows, as dicts of strings
     log = results.load("backward_dq_add")   # anything else: its path
     print(results.cite("forward_main"))     # which file, date and GPU the numbers come from
 
-Nothing here keeps state: every call reads the index again (it is a few lines).
+A folder that is not there (``bench/record/`` in the student edition) has no
+topics. Nothing here keeps state: every call reads the indexes again (a few lines each).
 """
 
 from __future__ import annotations
@@ -20,12 +27,17 @@ from pathlib import Path
 
 from gqa_flash import layout
 
+RECORD_DIR = layout.COURSE_DIR / "bench" / "record"
+FOLDERS = (layout.DATA_DIR, RECORD_DIR)  # what the notebooks and the README read, then the rest of the record
 INDEX = layout.DATA_DIR / "INDEX.csv"
 COLUMNS = ("topic", "file", "what", "command", "date", "gpu")
 
 
-def index(path=INDEX) -> dict[str, dict]:
-    """Every topic of the index: {topic: its row (topic, file, what, command, date, gpu)}."""
+def index(path=None) -> dict[str, dict]:
+    """Every topic: {topic: its row (topic, file, what, command, date, gpu)}, of the index at ``path``,
+    or of both folders' indexes together when ``path`` is None."""
+    if path is None:
+        return {topic: row for topic, (_, row) in _located().items()}
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         if tuple(reader.fieldnames or ()) != COLUMNS:
@@ -39,17 +51,46 @@ def index(path=INDEX) -> dict[str, dict]:
     return topics
 
 
+def _located() -> dict[str, tuple[Path, dict]]:
+    """{topic: (its folder, its row)} over every folder that has an index."""
+    found: dict[str, tuple[Path, dict]] = {}
+    for where in FOLDERS:
+        if not (where / "INDEX.csv").is_file():
+            continue
+        for topic, row in index(where / "INDEX.csv").items():
+            if topic in found:
+                raise ValueError(f"topic {topic!r} is listed in both {_relative(found[topic][0])}/INDEX.csv "
+                                 f"and {_relative(where)}/INDEX.csv")
+            found[topic] = (where, row)
+    return found
+
+
+def _relative(folder: Path) -> str:
+    return folder.relative_to(layout.COURSE_DIR).as_posix()
+
+
+def _find(topic: str) -> tuple[Path, dict]:
+    located = _located()
+    if topic not in located:
+        raise KeyError(f"no topic {topic!r} in {' or '.join(_relative(f) + '/INDEX.csv' for f in FOLDERS)}; "
+                       f"known: {', '.join(sorted(located))}")
+    return located[topic]
+
+
 def entry(topic: str) -> dict:
     """The index's row for ``topic``; a KeyError that lists the known topics otherwise."""
-    topics = index()
-    if topic not in topics:
-        raise KeyError(f"no topic {topic!r} in {INDEX}; known: {', '.join(sorted(topics))}")
-    return topics[topic]
+    return _find(topic)[1]
+
+
+def folder(topic: str) -> Path:
+    """The folder whose index lists ``topic``: notebooks/data/ or bench/record/."""
+    return _find(topic)[0]
 
 
 def path(topic: str) -> Path:
     """The file that holds ``topic``."""
-    return layout.DATA_DIR / entry(topic)["file"]
+    where, row = _find(topic)
+    return where / row["file"]
 
 
 def load(topic: str):
@@ -64,14 +105,24 @@ def load(topic: str):
 def cite(topic: str) -> str:
     """One line that says where a topic's numbers come from: its file, date and GPU (the command that
     made it is in the index)."""
-    row = entry(topic)
-    return f"source: notebooks/data/{row['file']} (topic {topic}, {row['date']}, {row['gpu']})"
+    where, row = _find(topic)
+    return f"source: {_relative(where)}/{row['file']} (topic {topic}, {row['date']}, {row['gpu']})"
 
 
 def unindexed() -> list[str]:
-    """What the index and the folder disagree on: data files with no topic, and topics with no file."""
-    listed = {row["file"] for row in index().values()}
-    present = {p.name for p in layout.DATA_DIR.iterdir()
-               if p.is_file() and p != INDEX and not p.name.startswith(".")}
-    return ([f"{name}: in notebooks/data but in no topic of INDEX.csv" for name in sorted(present - listed)]
-            + [f"{name}: in INDEX.csv but not in notebooks/data" for name in sorted(listed - present)])
+    """What the indexes and their folders disagree on: files with no topic, topics with no file, and a
+    folder with files but no index. Empty when all agree."""
+    problems = []
+    for where in FOLDERS:
+        if not where.is_dir():
+            continue  # bench/record/ in the student edition
+        name = _relative(where)
+        present = {p.name for p in where.iterdir() if p.is_file() and p.name != "INDEX.csv"
+                   and not p.name.startswith(".")}
+        if not (where / "INDEX.csv").is_file():
+            problems += [f"{name}/INDEX.csv is missing ({len(present)} files there)"] if present else []
+            continue
+        listed = {row["file"] for row in index(where / "INDEX.csv").values()}
+        problems += [f"{file}: in {name} but in no topic of {name}/INDEX.csv" for file in sorted(present - listed)]
+        problems += [f"{file}: in {name}/INDEX.csv but not in {name}" for file in sorted(listed - present)]
+    return problems
