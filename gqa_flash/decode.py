@@ -15,8 +15,8 @@ Two ideas get there (FlashDecoding, Dao et al. 2023; FlashAttention's
 
   * **Pack the group.** Under GQA, the ``Hq / Hkv`` query heads of a group
     read the same K and V. One program owns one KV head and puts *all* of its
-    query heads, times the ``Nq`` new tokens, down the rows of one tile:
-    row ``r`` is query head ``r // Nq`` of the group and new token ``r % Nq``.
+    query heads, times the ``Nq`` new tokens, down the rows of one tile, in
+    runs of ``Nq`` rows per query head (which row holds which pair is Part 1).
     Each K/V tile is loaded once and serves the whole group in one ``tl.dot``
     (instead of ``Hq / Hkv`` programs each loading it again).
   * **Split the context** (split-K). With batch 1 and 8 KV heads, one program
@@ -33,15 +33,15 @@ The cache comes in two layouts, and the kernel sees both the same way, as
                 page b, slot p (one page per sequence, S_max slots long);
     paged       k_cache [num_blocks, page_size, Hkv, D] (vLLM's and
                 FlashAttention's layout) with block_table [B, max_pages]:
-                position p of sequence b is in page block_table[b, p //
-                page_size], slot p % page_size. Pages live anywhere in the
-                pool, in any order, so sequences grow without copying.
+                row b of the table lists, in order, the pool pages that hold
+                sequence b, page_size positions each (finding a position's
+                page and slot is Part 2). Pages live anywhere in the pool, in
+                any order, so sequences grow without copying.
 
 ``cache_seqlens[b]`` counts sequence b's valid positions, the Nq new tokens
 included (they were written to the cache just before this call, as its last
-Nq positions). New token i sits at position ``cache_seqlens[b] - Nq + i`` and
-sees every position up to and including its own: the causal rule, for the few
-rows that have a future. Positions at or past ``cache_seqlens[b]`` hold
+Nq positions, in order). Each new token sees every position up to and
+including its own: the causal rule, for the few rows that have a future. Positions at or past ``cache_seqlens[b]`` hold
 anything (stale tokens of a finished sequence, NaN): they must never be read.
 
 Two kernels, both in the log2 domain of forward.py (exp2, with log2(e) folded
@@ -171,8 +171,8 @@ def _split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_hea
     ``cache_seqlens[batch_idx]``.
     """
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
-    # What: split split_idx owns positions [split_idx * CHUNK, (split_idx + 1)
-    # * CHUNK) of the context, cut at seq_len. Walk them BLOCK_N at a time: find
+    # What: split split_idx owns chunk number split_idx of the context (chunks
+    # of CHUNK positions, the last cut at seq_len). Walk it BLOCK_N at a time: find
     # each block's pages and slots (Part 2), load its K and V tiles
     # (_load_cache_tile), score the whole group tile against them in log2
     # units (times qk_scale), hide what a row may not see, and fold the block
@@ -181,8 +181,8 @@ def _split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_hea
     # Why: a chunk is a slice of the keys, and the softmax state of a slice is
     # exactly what notebook 02 merges; splitting the context gives a GPU
     # enough programs when batch x KV heads alone would leave SMs idle.
-    # The causal rule: new token i sits at position seq_len - N_Q + i and sees
-    # the positions up to and including its own, no later ones.
+    # The causal rule: the N_Q new tokens are the last N_Q positions of the
+    # sequence, in order; each sees the positions up to its own, no later ones.
     # Shapes: q [BLOCK_M, HEAD_DIM_PAD]; token, l_i, m_i [BLOCK_M]; acc
     # [BLOCK_M, HEAD_DIM_PAD]; the state in fp32.
     # Invariants: a position at or past seq_len is never loaded (it may hold

@@ -100,9 +100,10 @@ def plot_decode_bytes(q_heads=32, kv_heads=8, head_dim=128, layers=32, weights_b
 # --------------------------------------------------------------------------
 
 
-def plot_group_packing(group=4, n_new=2, kv_head=1):
+def plot_group_packing(group=4, n_new=2, kv_head=1, shown=3):
     """One program per query head (each reads the group's K and V) against one program per KV head whose
-    tile packs every (query head, new token) of the group: the K/V bytes read once."""
+    tile packs every (query head, new token) of the group: the K/V bytes read once. The tile's first
+    ``shown`` rows say which pair they hold; the others ask (Part 1's check answers)."""
     rows = group * n_new
     block_m = max(16, 1 << (rows - 1).bit_length())
     color = KV_COLORS[kv_head % 10]
@@ -133,8 +134,8 @@ def plot_group_packing(group=4, n_new=2, kv_head=1):
     for r in range(block_m):
         y = top - (r + 1) * cell
         if r < rows:
-            _box(b, 2.4, y, 5.2, cell, f"row {r}: q head {kv_head * group + r // n_new}, token {r % n_new}",
-                 color="white", fontsize=6.5)
+            pair = f"q head {kv_head * group + r // n_new}, token {r % n_new}" if r < shown else "q head ?, token ?"
+            _box(b, 2.4, y, 5.2, cell, f"row {r}: {pair}", color="white", fontsize=6.5)
         else:
             _box(b, 2.4, y, 5.2, cell, "", color=PADDING, edge="#CCCCCC")
     b.text(5.0, top - rows * cell - (block_m - rows) * cell / 2, f"rows {rows}..{block_m - 1}: padding (0)",
@@ -143,7 +144,8 @@ def plot_group_packing(group=4, n_new=2, kv_head=1):
     b.text(8.2, top - 1.0, f"one tile\n[{block_m} x D]:\none tl.dot\nper K/V block\nfor the\nwhole group",
            fontsize=8, va="top")
     b.set_title(f"one program per KV head: the group's {group} heads x {n_new} new tokens = {rows} rows\n"
-                f"of one tile (padded to {block_m}, tl.dot's least): K and V read once", fontsize=10)
+                f"of one tile (padded to {block_m}, tl.dot's least): K and V read once.\n"
+                f"Rows 0-{shown - 1} are filled in: which pair does row r hold?", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -226,16 +228,12 @@ def plot_block_table(seqlens=(10, 7, 13), page_size=4, spare=3, seed=7, follow=(
             end = (px, 4.65 - (page + 0.55) * ph)
             _arrow(ax, start, end, color=KV_COLORS[b], lw=0.8)
 
-    # The position followed in the caption, framed in red at each step of its lookup.
+    # The position the caption asks about, framed in red; the lookup is left to the reader (Part 2's hints).
     b, p = follow
-    lp, slot = p // page_size, p - (p // page_size) * page_size
-    red = dict(facecolor="none", edgecolor="#C44E52", lw=2.5, zorder=5)
-    ax.add_patch(Rectangle((x0 + p * cell, 4.2 - b * row_h), cell, cell, **red))
-    ax.add_patch(Rectangle((tx + lp * tw, 4.2 - b * row_h - 0.05), tw, 0.45, **red))
-    ax.add_patch(Rectangle((px, 4.65 - (int(table[b, lp]) + 1) * ph), 2.4, ph * 0.9, **red))
-    ax.text(x0, -0.35, f"position {p} of sequence {b}: logical page {p} // {page_size} = {lp}, slot {p} mod "
-            f"{page_size} = {slot}; block_table[{b}, {lp}] = {int(table[b, lp])}, so K and V are at "
-            f"k_cache[{int(table[b, lp])}, {slot}]", fontsize=9)
+    ax.add_patch(Rectangle((x0 + p * cell, 4.2 - b * row_h), cell, cell, facecolor="none", edgecolor="#C44E52",
+                           lw=2.5, zorder=5))
+    ax.text(x0, -0.35, f"position {p} of sequence {b} (framed in red, counting from 0): which page of the pool "
+            "holds its key and value, and at which slot of that page?", fontsize=9)
     ax.set_xlim(-1.6, px + 2.6)
     ax.set_ylim(-0.6, 5.3)
     ax.axis("off")
@@ -334,10 +332,9 @@ def plot_split_merge(context=4096, n_splits=4):
     ax.text(6.0, 4.25, f"one sequence's context ({context} positions), cut into {n_splits} chunks of {chunk}",
             ha="center", fontsize=9, weight="bold")
     _box(ax, 3.0, 0.0, 6.0, 1.0, "", color="#FDF0E6", edge=MASKED, lw=1.5)
-    ax.text(6.0, 0.5, r"merge (notebook 02, in base 2):   $m = \max_s m_s$,   "
-            r"$\ell = \sum_s 2^{m_s - m}\,\ell_s$" "\n"
-            r"$O = \sum_s 2^{m_s - m}\,\mathrm{acc}_s \;/\; \ell$,   "
-            r"$\mathrm{LSE} = (m + \log_2 \ell)\,\ln 2$", ha="center", va="center", fontsize=9)
+    ax.text(6.0, 0.5, "merge (Part 4: notebook 02's merge, for every split at once, in base 2)\n"
+            r"to which common maximum $m$, and by what factor, is each $(\mathrm{acc}_s, \ell_s)$ rescaled?" "\n"
+            r"then the row of $O$, and its LSE as a natural log?", ha="center", va="center", fontsize=9)
     ax.text(9.2, 0.5, "each split sees only its\nown chunk: its sums are\ntaken against its own\nmaximum $m_s$ "
             "(log2 units)", fontsize=8, va="center")
     ax.set_xlim(0.5, 11.5)

@@ -79,9 +79,9 @@ def check_decode(part_verdicts=None):
     by_part = dict(enumerate(part_verdicts, start=1))
     unsafe = next((by_part[p] for p in _ADDRESS_PARTS if not by_part[p].ok), None)
     if unsafe is not None:
-        return fail("decode", None, "not run yet", cause=f"flash_decode is not run until {unsafe.what} passes: it "
-                    "makes addresses, and a wrong address can read outside the cache (on a CPU that can crash "
-                    "Python)")
+        return fail("decode", None, f"not run yet: {unsafe.what} fails its own check above",
+                    hint="flash_decode runs once Parts 1 to 3 pass: they make the addresses it reads, and a wrong "
+                         "address can read outside the cache (on a CPU that can crash Python)")
     broken = next((v for v in part_verdicts if not v.ok), None)
     for name, part, case, kw in _decode_cases():
         inputs = testing.decode_inputs(**case)
@@ -91,18 +91,22 @@ def check_decode(part_verdicts=None):
             problem = _compare(result, inputs, kw.get("sm_scale"), kw.get("return_lse", False))
             if problem is None:
                 continue
+            message = f"{problem.what} of flash_decode does not match the float64 reference"
+            where = f"case \"{name}\", with {n_splits} split{'s' if n_splits > 1 else ''}: {at(problem)}"
             if broken is not None:
-                cause = f"{broken.what} fails its own check above: {broken.cause or broken.message}"
-            elif part == 3 and n_splits > 1:
-                cause = ("right with one split, wrong with several: look at how a split's chunk is cut "
-                         "(Part 3) and how the splits are merged (Part 4)")
-            else:
-                cause = (f"the four parts pass on their own; this case aims at Part {part} "
-                         f"({PARTS['decode'][part]}): look at how the kernel calls it")
-            return fail("decode", None, f"{problem.what} of flash_decode does not match the float64 reference",
-                        where=f"case \"{name}\", num_splits={n_splits}: {at(problem)}", cause=cause)
+                return fail("decode", None, f"{message}, and {broken.what} fails its own check above",
+                            where=where, cause=broken.cause, hint=broken.hint)
+            if part == 3 and n_splits > 1:
+                return fail("decode", None, message, where=f"{where} (right with 1 split)",
+                            cause="right with one split, wrong with several: the chunks of the splits, or their "
+                                  "merge, differ from what the parts' checks tried",
+                            hint="look at how a split's chunk is cut (Part 3) and how the splits are merged (Part 4)")
+            return fail("decode", None, message, where=where,
+                        cause=f"the four parts pass their own checks, but not together: this case aims at Part "
+                              f"{part} ({PARTS['decode'][part]})",
+                        hint="look at what your helper assumes that the kernel's call does not give it")
     if broken is not None:
         return fail("decode", None, f"flash_decode is right on these cases, but {broken.what} fails its own check",
-                    cause=broken.cause)
+                    cause=broken.cause, hint=broken.hint)
     return Verdict(True, "decode.py", "flash_decode matches the float64 reference (O and LSE) in 4 cases: GQA "
                    "packing, a shuffled paged cache, 1 and 3 splits, 5 causal new tokens in fp16")
