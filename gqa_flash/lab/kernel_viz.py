@@ -51,15 +51,32 @@ def plot_launch_grid(seq_len=200, block_m=64, batch=2, n_q_heads=4, n_kv_heads=2
     return fig
 
 
-def plot_kernel_schedule(seq_len=83, block_m=32, block_n=16, highlight=2):
-    """The kernel's two phases for every query tile: phase 1 (no mask), phase 2 (masked diagonal), skipped."""
+def plot_kernel_schedule(seq_len=83, block_m=32, block_n=16, highlight=2, ask=True):
+    """The kernel's two phases for every query tile: phase 1 (no mask), phase 2 (masked diagonal), skipped.
+
+    With ``ask=True`` (notebook 04) it is a question: the tiles are blank and the rows of the
+    ``highlight`` query tiles (one, or a tuple) hold a "?" in each key block, which Part 3's
+    check answers. ``ask=False`` draws the answer: every tile in its phase's colour, and the
+    highlighted tile's walk numbered.
+    """
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 5.2))
-    plot_tile_schedule(seq_len, block_m, block_n, True, highlight, ax=a,
-                       title=f"causal, BLOCK_M = {block_m}, BLOCK_N = {block_n}")
-    plot_tile_schedule(seq_len, block_m, block_n, False, highlight, ax=b,
-                       title="no causal mask: only the ragged last key block is masked")
-    fig.suptitle(f"N = {seq_len}: blue = phase 1 (no mask), orange = phase 2 (_mask_scores), grey = never loaded; "
-                 f"numbers: query tile {highlight}'s walk", fontsize=10)
+    if ask:
+        rows = np.atleast_1d(highlight).tolist()
+        which = f"query tile {rows[0]}" if len(rows) == 1 else \
+            "query tiles " + ", ".join(map(str, rows[:-1])) + f" and {rows[-1]}"
+        titles = (f"causal: which key blocks does {which} visit?" if len(rows) == 1 else
+                  f"causal: which key blocks do {which} visit?",
+                  "no causal mask: and here?")
+        head = (f"N = {seq_len}, BLOCK_M = {block_m}, BLOCK_N = {block_n}. Colour each ?: blue (phase 1, no mask), "
+                f"orange (phase 2, _mask_scores) or grey (never loaded)")
+    else:
+        titles = (f"causal, BLOCK_M = {block_m}, BLOCK_N = {block_n}",
+                  "no causal mask: only the ragged last key block is masked")
+        head = (f"N = {seq_len}: blue = phase 1 (no mask), orange = phase 2 (_mask_scores), grey = never loaded; "
+                f"numbers: query tile {highlight}'s walk")
+    plot_tile_schedule(seq_len, block_m, block_n, True, highlight, ax=a, title=titles[0], ask=ask)
+    plot_tile_schedule(seq_len, block_m, block_n, False, highlight, ax=b, title=titles[1], ask=ask)
+    fig.suptitle(head, fontsize=10)
     fig.tight_layout()
     return fig
 

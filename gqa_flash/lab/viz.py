@@ -189,7 +189,9 @@ def plot_head_map(n_q_heads=8, kv_options=(8, 2, 1)):
         for g in range(n_kv):
             ax.text(xs_kv[g], 0, str(g), ha="center", va="center", fontsize=8, zorder=4)
         ax.set_title(f"{name}: {n_q_heads} query heads, {n_kv} KV head{'s' if n_kv > 1 else ''}\n"
-                     f"kv_head = h // {group}", fontsize=10)
+                     + ("one query head per KV head" if group == 1 else
+                        f"all {n_q_heads} query heads share it" if n_kv == 1 else
+                        f"{group} consecutive query heads per KV head"), fontsize=10)
         ax.set_yticks([0, 1])
         ax.set_yticklabels(["KV heads", "query heads"])
         ax.set_xticks([])
@@ -306,8 +308,8 @@ def plot_online_softmax(x=None, block_size=8, seed=3):
     idx = np.arange(len(starts))
     rescaled = [l_before[i] * math.exp(ms[i - 1] - ms[i]) if i else 0.0 for i in idx]
     b.bar(idx - 0.3, l_before, width=0.28, color="#BBBBBB", label="l before the block (against the old max)")
-    b.bar(idx, rescaled, width=0.28, color="#8172B3", label="the same sum rescaled: l * exp(m_old - m_new)")
-    b.bar(idx + 0.3, l_after, width=0.28, color="k", label="after the block: rescaled + sum(exp(x_block - m_new))")
+    b.bar(idx, rescaled, width=0.28, color="#8172B3", label="the same sum, brought to the new max")
+    b.bar(idx + 0.3, l_after, width=0.28, color="k", label="after the block: that sum + the block's own")
     for i in idx:
         if i and ms[i] > ms[i - 1]:
             b.annotate("max rose:\nrescale", (i, rescaled[i]), xytext=(i, max(l_after) * 0.75), ha="center",
@@ -349,8 +351,15 @@ def tile_kinds(seq_len, block_m, block_n, causal=True):
     return kinds
 
 
-def plot_tile_schedule(seq_len=96, block_m=16, block_n=16, causal=True, highlight=None, ax=None, title=None):
-    """The tiles of S: which are computed with no mask, with the mask, or skipped; one query tile's walk."""
+def plot_tile_schedule(seq_len=96, block_m=16, block_n=16, causal=True, highlight=None, ax=None, title=None,
+                       ask=False):
+    """The tiles of S: which are computed with no mask, with the mask, or skipped; one query tile's walk.
+
+    ``highlight`` is a query tile, or a tuple of them. With ``ask=True`` the picture
+    is a question: the tiles are drawn blank, the highlighted rows hold a "?" in every
+    key tile, for the reader to colour in with the legend's three colours, and the
+    axes are ticked at the tile boundaries.
+    """
     kinds = tile_kinds(seq_len, block_m, block_n, causal)
     n_qt, n_kt = kinds.shape
     own = ax is None
@@ -361,19 +370,30 @@ def plot_tile_schedule(seq_len=96, block_m=16, block_n=16, causal=True, highligh
         for kt in range(n_kt):
             y0, x0 = qt * block_m, kt * block_n
             h, w = min(block_m, seq_len - y0), min(block_n, seq_len - x0)
-            ax.add_patch(Rectangle((x0, y0), w, h, facecolor=fill[kinds[qt, kt]], edgecolor="white", lw=1.5))
+            if ask:
+                ax.add_patch(Rectangle((x0, y0), w, h, facecolor="white", edgecolor="#AAAAAA", lw=1))
+            else:
+                ax.add_patch(Rectangle((x0, y0), w, h, facecolor=fill[kinds[qt, kt]], edgecolor="white", lw=1.5))
     if causal:
         ax.plot([0, seq_len], [0, seq_len], color="k", lw=1, ls="--")
-    if highlight is not None:
-        y0 = highlight * block_m
+    for row in () if highlight is None else np.atleast_1d(highlight):
+        y0 = row * block_m
         h = min(block_m, seq_len - y0)
         ax.add_patch(Rectangle((0, y0), seq_len, h, fill=False, edgecolor="k", lw=2.5))
         step = 0
         for kt in range(n_kt):
-            if kinds[highlight, kt]:
+            x_mid = kt * block_n + min(block_n, seq_len - kt * block_n) / 2
+            if ask:
+                ax.text(x_mid, y0 + h / 2, "?", ha="center", va="center", color="k", fontsize=10, weight="bold")
+            elif kinds[row, kt]:
                 step += 1
-                ax.text(kt * block_n + min(block_n, seq_len - kt * block_n) / 2, y0 + h / 2, str(step), ha="center",
-                        va="center", color="white", fontsize=10, weight="bold")
+                ax.text(x_mid, y0 + h / 2, str(step), ha="center", va="center", color="white", fontsize=10,
+                        weight="bold")
+    if ask:  # tick the tile boundaries: the answer is read off them
+        for set_ticks, block in ((ax.set_xticks, block_n), (ax.set_yticks, block_m)):
+            starts = list(range(0, seq_len, block))
+            set_ticks(starts + ([seq_len] if seq_len - starts[-1] >= block / 2 else []))  # N, unless it crowds
+        ax.tick_params(labelsize=8)
     ax.set_xlim(0, seq_len)
     ax.set_ylim(seq_len, 0)
     ax.set_aspect("equal")
@@ -383,7 +403,8 @@ def plot_tile_schedule(seq_len=96, block_m=16, block_n=16, causal=True, highligh
                  + (", causal" if causal else ""), fontsize=10)
     handles = [Patch(color=VISITED, label="computed, no mask"), Patch(color=MASKED, label="computed with the mask"),
                Patch(color=SKIPPED, label="skipped: never loaded")]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=3, fontsize=8, frameon=False)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=3, fontsize=7.5, frameon=False,
+              handlelength=1.5, columnspacing=1.2)
     if own:
         fig.tight_layout()
         return fig
@@ -437,7 +458,7 @@ def plot_on_chip(block_m=64, block_n=64, head_dim=128):
     for y_to in (1.35, 0.65):
         ax.add_patch(FancyArrowPatch((9.85, 1.18), (4.25, y_to), arrowstyle="-|>", mutation_scale=12,
                                      color="#C44E52", connectionstyle="arc3,rad=-0.15"))
-    ax.text(7.6, 0.25, "epilogue, once: O = acc / l,  LSE = m + log(l)", ha="center", fontsize=8.5,
+    ax.text(7.6, 0.25, "epilogue, once: normalise, write O and the LSE", ha="center", fontsize=8.5,
             color="#C44E52")
     ax.set_xlim(-0.2, 11.4)
     ax.set_ylim(-0.6, 4.4)
