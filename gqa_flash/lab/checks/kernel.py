@@ -22,7 +22,7 @@ from gqa_flash.lab.checks import replays
 from gqa_flash.lab.checks.cases import Case, kv_of
 from gqa_flash.lab.checks.kernel_parts import PART_CHECKS
 from gqa_flash.lab.checks.verdict import (
-    Stop, Verdict, fail, load, prints_verdict, run_student, shape_problem, tol,
+    Stop, Verdict, fail, load, matches, prints_verdict, run_student, shape_problem, tol,
 )
 from gqa_flash.reference import reference_attention
 
@@ -241,6 +241,37 @@ def _not_run(verdict) -> str:
             "address can read or write outside the tensors (on a CPU that can crash Python)")
 
 
+# The kernel's scale is sm_scale * log2(e) (qk_scale), in Part 3's scores; exp2 in Part 4 and ln 2 in Part 6
+# undo the log2(e). So a missing qk_scale is a softmax scale of ln 2, and a qk_scale without log2(e) one of
+# sm_scale * ln 2: both are the reference at another sm_scale. (cause, hint, the sm_scale it amounts to)
+_SCALE_MISTAKES = [
+    ("the scores are never multiplied by qk_scale (Part 3): the kernel computes the softmax of the plain dot "
+     "products q·k, in log2 units", "multiply q·kᵀ by qk_scale in both phases of Part 3",
+     lambda sm_scale: math.log(2)),
+    ("the scores are scaled by sm_scale alone: log2(e) is missing from qk_scale, so the powers of 2 in Part 4 "
+     "are not the exponentials of the scaled scores", "qk_scale = sm_scale * log2(e)",
+     lambda sm_scale: sm_scale * math.log(2)),
+]
+
+# When every part passes its own check and the answer matches no mistake above.
+_UNEXPLAINED = ("the six parts pass their own checks, on their own inputs: the mistake shows only on this case's "
+                "sizes, layout or dtype, or it lies outside the six parts, in a line of the kernel that you edited",
+                "compare the case named in where with the parts' own cases; the kernel's lines outside the "
+                "STUDENT IMPLEMENTATION banners are the course's, and work as given")
+
+
+def _scale_mistake(out, lse, q, k, v, case: Case):
+    """(cause, hint) when O and the LSE are the reference's at the sm_scale of a known scale mistake, else None."""
+    t = tol(case.dtype)
+    for cause, hint, scale in _SCALE_MISTAKES:
+        o_ref, lse_ref = reference_attention(q, k, v, causal=case.causal, sm_scale=scale(case.scale))
+        if matches(out, o_ref, 2 * t["atol"], 2 * t["rtol"]) and (
+                lse is None or matches(lse, lse_ref, 2 * testing.LSE_TOLERANCE["atol"],
+                                       2 * testing.LSE_TOLERANCE["rtol"])):
+            return cause, hint
+    return None
+
+
 @prints_verdict
 def check_forward(part_verdicts=None):
     """forward.py, the whole kernel: its six parts first, then the kernel on four cases."""
@@ -265,16 +296,19 @@ def check_forward(part_verdicts=None):
             what = "the LSE"
         if problem is None:
             continue
-        if broken is not None:
-            cause = f"{broken.what} fails its own check above: {broken.cause or broken.message}"
+        scale = _scale_mistake(out, lse, q, k, v, case)
+        if scale is not None:
+            cause, hint = scale
+        elif broken is not None:
+            cause, hint = f"{broken.what} fails its own check above: {broken.cause or broken.message}", broken.hint
         else:
-            cause = ("the six parts pass on their own, so look at what changed around them in the kernel "
-                     "(the loads, the loops, the pointers)")
+            cause, hint = _UNEXPLAINED
         return fail("forward", None, f"{what} of the kernel does not match the float64 reference",
-                    where=_where_kernel(case, problem, out.detach().to("cpu", torch.float64), ref, n_kb), cause=cause)
+                    where=_where_kernel(case, problem, out.detach().to("cpu", torch.float64), ref, n_kb), cause=cause,
+                    hint=hint)
     if broken is not None:  # right answers here, but a part is wrong where these cases do not look
         return fail("forward", None, f"the kernel's answers are right on these cases, but {broken.what} "
-                    "fails its own check", cause=broken.cause)
+                    "fails its own check", cause=broken.cause, hint=broken.hint)
     return Verdict(True, "forward.py", f"the kernel matches the float64 reference (O and LSE) in "
                    f"{len(_forward_cases())} cases: GQA, MQA, MHA; causal and not; ragged lengths; "
                    "half precision; head dim 80; strided layouts")

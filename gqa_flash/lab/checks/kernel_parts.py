@@ -25,16 +25,18 @@ from gqa_flash import testing
 from gqa_flash.lab.checks.cases import LN2
 from gqa_flash.lab.checks.kernel_walk import (
     address_set, check_key_loop, check_load_tile, check_program_ids, offset_cases, overflow_cause, recorded,
-    wrapped_int32,
+    wrapped_int32, wrong_addresses_cause,
 )
 from gqa_flash.lab.checks.probes import addresses_recorded, dev, forward_parts, in_interpreter, launch
+from gqa_flash.lab.checks.triton_errors import builtins_cause, builtins_hint, python_builtins_called
 from gqa_flash.lab.checks.verdict import (
     Stop, Verdict, at, fail, first_cause, fmt, matches, prints_verdict, tol, what,
 )
 
 # --- Part 4 ------------------------------------------------------------------
 
-_UPD = dict(BLOCK_M=16, BLOCK_N=16, HEAD_DIM=16)
+# Three different sizes, so that a vector broadcast on the wrong axis cannot pass for the right one.
+_UPD = dict(BLOCK_M=16, BLOCK_N=32, HEAD_DIM=64)
 _STATE = ("acc", "l", "m")
 
 
@@ -67,7 +69,7 @@ def _update64(c, bug=None):
     acc, l, m, s = (c[k].to(torch.float64) for k in ("acc", "l", "m", "s"))
     v = c["v"]
     m_new = s.amax(dim=1) if bug == "m_from_tile" else torch.maximum(m, s.amax(dim=1))
-    alpha = base ** (m_new - m) if bug == "alpha_inverted" else base ** (m - m_new)
+    alpha = {"alpha_inverted": base ** (m_new - m), "alpha_new_only": base ** -m_new}.get(bug, base ** (m - m_new))
     p = base ** s if bug == "p_unshifted" else base ** (s - m_new[:, None])
     p_cast = p.to(v.dtype).to(torch.float64)  # the kernel multiplies p in v's dtype
     l_new = (l if bug in ("no_rescale_l", "no_rescale") else l * alpha) + p.sum(dim=1)
@@ -75,21 +77,24 @@ def _update64(c, bug=None):
     return acc_new, l_new, (m if bug == "m_unchanged" else m_new)
 
 
-_UPDATE_MISTAKES = [
-    ("exp", "e^x instead of 2^x: the scores are already in log2 units (log2(e) is folded into qk_scale), "
-            "so every exponential here is a power of 2"),
-    ("no_rescale", "the old state is not rescaled: when the running max grows, both l_i and acc must shrink "
-                   "by 2^(old max - new max)"),
-    ("no_rescale_acc", "acc is not rescaled: it must shrink by the same factor as l_i before this tile is added"),
-    ("no_rescale_l", "l_i is not rescaled: it must shrink by the same factor as acc before this tile's sum is "
-                     "added"),
-    ("alpha_inverted", "the rescale factor is inverted: it is 2^(old max - new max), at most 1, so it shrinks "
-                       "the old state"),
-    ("m_unchanged", "the old maximum is returned: return the new running max"),
-    ("m_from_tile", "the new max is this tile's row max alone: it must be the larger of the running max and "
-                    "the tile's row maxima, since the running max never goes down"),
-    ("p_unshifted", "the probabilities are not shifted: subtract the new row max from the scores before "
-                    "taking the power of 2"),
+_UPDATE_MISTAKES = [  # (bug, cause, hint)
+    ("exp", "e^x instead of 2^x: the scores are already in log2 units (log2(e) is folded into qk_scale)",
+     "every exponential here is a power of 2"),
+    ("no_rescale", "the old state is not rescaled when the running max grows",
+     "both l_i and acc shrink by 2^(old max - new max) before this tile is added"),
+    ("no_rescale_acc", "acc is not rescaled when the running max grows (l_i is)",
+     "acc shrinks by the same factor as l_i before this tile is added"),
+    ("no_rescale_l", "l_i is not rescaled when the running max grows (acc is)",
+     "l_i shrinks by the same factor as acc before this tile's sum is added"),
+    ("alpha_inverted", "the rescale factor is inverted: it grows the old state instead of shrinking it",
+     "the factor is 2^(old max - new max), at most 1"),
+    ("alpha_new_only", "the rescale factor uses the new max alone, without the old",
+     "the factor is 2^(old max - new max): the old terms were shifted by the old max"),
+    ("m_unchanged", "the old maximum is returned, not the new one", "return the new running max"),
+    ("m_from_tile", "the new max is this tile's row max alone, and the running max never goes down",
+     "the new max is the larger of the running max and the tile's row maxima"),
+    ("p_unshifted", "the probabilities are not shifted by the new row max",
+     "subtract the new row max from the scores before taking the power of 2"),
 ]
 
 
@@ -113,13 +118,17 @@ def check_online_softmax_update():
         if problem is None:
             continue
         state = tuple(got[k] for k in _STATE)
-        if matches(state, tuple(c[k] for k in _STATE), 0, 0):
-            cause = "the placeholder is still there: the state comes back unchanged"
+        builtins = python_builtins_called(fwd._online_softmax_update)
+        if builtins:  # right on a GPU (Triton turns them into tl.maximum...), wrong in the interpreter
+            cause, hint = builtins_cause(builtins), builtins_hint(builtins)
+        elif matches(state, tuple(c[k] for k in _STATE), 0, 0):
+            cause, hint = "the placeholder is still there: the state comes back unchanged", None
         else:
-            cause = first_cause(state, [(text, (lambda bug=bug: _update64(c, bug))) for bug, text in _UPDATE_MISTAKES],
-                                **tol(c["v"].dtype))
+            cause, hint = first_cause(state, [((text, fix), (lambda bug=bug: _update64(c, bug)))
+                                              for bug, text, fix in _UPDATE_MISTAKES],
+                                      **tol(c["v"].dtype)) or (None, None)
         return fail("forward", 4, "the new state (acc, l_i, m_i) does not match the float64 reference",
-                    where=f"case \"{name}\": {problem.what}, {at(problem)}", cause=cause)
+                    where=f"case \"{name}\": {problem.what}, {at(problem)}", cause=cause, hint=hint)
     return Verdict(True, what("forward", 4), "the new state matches the float64 reference: first tile, "
                    "rising and steady maxima, fully masked rows, fp16 values")
 
@@ -137,21 +146,27 @@ def _mask64(s, seq_len, causal, bug=None):
     visible = j < seq_len
     if bug == "no_tail":
         visible = torch.ones_like(visible)
-    if causal or bug == "causal_always":
+    if (causal or bug == "causal_always") and bug != "no_causal":
         rule = {"diag": j < i, "plus_one": j <= i + 1, "transposed": j >= i}.get(bug, j <= i)
         visible = visible & rule
     fill = 0.0 if bug == "zero" else float("-inf")
     return torch.where(visible, s.to(torch.float64), torch.full_like(s, fill, dtype=torch.float64))
 
 
-_MASK_MISTAKES = [
-    ("diag", "mask off by one: a row's own key (the diagonal) must stay visible"),
-    ("plus_one", "mask off by one: the key just after a row's own is already in its future"),
-    ("transposed", "the mask is transposed: a row sees the keys at or before its own position, not after"),
+_MASK_MISTAKES = [  # (bug, cause, hint)
+    ("diag", "mask off by one: a row's own key (the diagonal) is hidden", "the diagonal stays visible"),
+    ("plus_one", "mask off by one: the key just after a row's own is visible, and it is already in the row's "
+                 "future", "a row sees the keys at or before its own position"),
+    ("transposed", "the mask is transposed: a row sees the keys after its own position, not before",
+     "a row sees the keys at or before its own position"),
     ("no_tail", "keys past SEQ_LEN are not masked: the padding keys of the ragged last block were loaded as 0, "
-                "so their score is 0, a real weight"),
-    ("causal_always", "the causal mask is applied when CAUSAL is False: apply it only under the causal mask"),
-    ("zero", "masked scores are set to 0, not -inf: 2^0 = 1 still gives them weight"),
+                "so their score is 0, a real weight", "hide the keys past SEQ_LEN, causal or not"),
+    ("no_causal", "the causal rule is missing: only the keys past SEQ_LEN are hidden, and a row sees its future",
+     "under the causal mask, also hide the keys after the row's own position"),
+    ("causal_always", "the causal mask is applied when CAUSAL is False",
+     "apply the causal rule only under the causal mask (a Python `if` on CAUSAL)"),
+    ("zero", "masked scores are set to 0, not -inf: 2^0 = 1 still gives them weight",
+     "a hidden score is -inf"),
 ]
 
 
@@ -175,22 +190,22 @@ def check_mask_scores():
         if problem is None:
             continue
         if causal and torch.equal(got, s[:n, :cols]):
-            cause = "the placeholder is still there: nothing is masked"
+            cause, hint = "the placeholder is still there: nothing is masked", None
         else:
-            cause = first_cause(got, [(text, _mask64(s, n, causal, bug)[:n, :cols]) for bug, text in _MASK_MISTAKES],
-                                atol=0, rtol=1e-6)
+            cause, hint = first_cause(got, [((text, fix), _mask64(s, n, causal, bug)[:n, :cols])
+                                            for bug, text, fix in _MASK_MISTAKES], atol=0, rtol=1e-6) or (None, None)
         i, j = problem.index
         seen = "masked (-inf)" if math.isinf(problem.got) and problem.got < 0 else f"{fmt(problem.got)}"
         expected = "masked (-inf)" if math.isinf(problem.expected) else "visible (the score unchanged)"
         return fail("forward", 5, "masks the wrong scores",
                     where=f"case \"{name}\": query row {i} (query block {i // bm}), key {j} (key block {j // bn}): "
                           f"got {seen}, expected {expected}",
-                    cause=cause)
+                    cause=cause, hint=hint)
     return Verdict(True, what("forward", 5), "the causal mask and the ragged tail are right, "
                    "on every block of a ragged sequence, causal and not")
 
 
-# --- Part 4 ------------------------------------------------------------------
+# --- Part 6 ------------------------------------------------------------------
 
 _EPI = dict(BLOCK_M=16, HEAD_DIM_PAD=16)
 _EPI_SEQ_LEN, _EPI_HEAD_DIM = 11, 12
@@ -205,7 +220,7 @@ def _epilogue_inputs():
 
 def _epilogue64(acc, l, m, bug=None):
     acc, l, m = acc.double(), l.double(), m.double()
-    o = acc if bug == "no_normalise" else acc / l[:, None]
+    o = {"no_normalise": acc, "twice": acc / l[:, None] ** 2}.get(bug, acc / l[:, None])
     lse = {
         "lse_log2": m + torch.log2(l),
         "lse_mixed": m + torch.log(l),
@@ -215,15 +230,28 @@ def _epilogue64(acc, l, m, bug=None):
     return o, lse
 
 
-_EPILOGUE_MISTAKES = [
-    ("no_normalise", "o is not normalised: divide the accumulator by the row sums l_i, once, here"),
-    ("lse_log2", "the LSE is in log2 units: the backward pass wants the natural log (multiply by ln 2)"),
-    ("lse_mixed", "m_i is in log2 units but l_i's log is natural: take both in base 2, then convert the sum"),
-    ("lse_m", "the LSE is missing the log of l_i: it is the running max plus the log of the row sum"),
-    ("lse_no_m", "the LSE is missing the running max m_i: it is the running max plus the log of the row sum"),
+_EPILOGUE_MISTAKES = [  # (bug, cause, hint)
+    ("no_normalise", "o is not normalised by the row sums l_i", "divide the accumulator by l_i, once, here"),
+    ("twice", "o is divided by the row sums l_i twice", "divide the accumulator by l_i once"),
+    ("lse_log2", "the LSE is in log2 units: the backward pass wants the natural log", "multiply by ln 2"),
+    ("lse_mixed", "m_i is in log2 units but l_i's log is natural",
+     "take both in base 2, then convert the sum to natural log"),
+    ("lse_m", "the LSE is missing the log of l_i", "the LSE is the running max plus the log of the row sum"),
+    ("lse_no_m", "the LSE is missing the running max m_i", "the LSE is the running max plus the log of the row sum"),
 ]
 
 
+_OFFSETS = "offset O and the LSE by the batch and the head, each times its own stride"
+
+
+def _stored_elsewhere(label, buffer, others):
+    """(cause, hint) when ``label``'s own batch and head hold nothing: stored into another, or not at all."""
+    written = (~(buffer == _SENTINEL).flatten(2).all(-1) & others).nonzero().tolist()
+    if not written:
+        return f"{label} is never stored", f"store {label} too"
+    (bb, hh), (b, h) = written[0], _EPI_SLOT
+    return (f"{label} is stored into batch {bb}, head {hh}, not batch {b}, head {h}: its batch or head offset is "
+            "wrong", _OFFSETS)
 _EPI_SLOT = (1, 2)  # the probe writes batch 1, head 2 of a [2, 3, BLOCK_M, HEAD_DIM_PAD] buffer
 
 
@@ -247,15 +275,15 @@ def check_epilogue():
         o, lse = o.cpu().double(), lse.cpu().double()
         if (o == _SENTINEL).all() and (lse == _SENTINEL).all():
             return fail("forward", 6, "stores nothing", where=f"case \"{name}\"",
-                        cause="the placeholder is still there: store O and the LSE")
+                        cause="the placeholder is still there", hint="store O and the LSE")
         mine_o, mine_lse = o[b, h], lse[b, h]
         others = torch.ones(2, 3, dtype=torch.bool)
         others[b, h] = False
         if (mine_o == _SENTINEL).all() and not (o[others] == _SENTINEL).all():
             bb, hh = (~(o == _SENTINEL).flatten(2).all(-1) & others).nonzero()[0].tolist()
             return fail("forward", 6, "stores into the wrong batch or head", where=f"case \"{name}\": "
-                        f"wrote batch {bb}, head {hh}",
-                        cause="offset O and the LSE by the batch and the head, each times its own stride")
+                        f"wrote batch {bb}, head {hh}", cause="the batch or head offset of the stores is wrong",
+                        hint=_OFFSETS)
         # O's real rows and columns, then the LSE's real rows, each against the float64 replay
         for label, pick, real, t, labels in (("O", 0, (slice(n), slice(d)), tol(dtype), ("row", "column")),
                                              ("LSE", 1, (slice(n),), testing.LSE_TOLERANCE, ("row",))):
@@ -263,22 +291,24 @@ def check_epilogue():
             problem = testing.mismatch(label, got, _epilogue64(acc, l, m)[pick][real], labels=labels, **t)
             if problem is None:
                 continue
-            cause = first_cause(got, [(text, _epilogue64(acc, l, m, bug)[pick][real])
-                                      for bug, text in _EPILOGUE_MISTAKES], **t)
+            cause, hint = first_cause(got, [((text, fix), _epilogue64(acc, l, m, bug)[pick][real])
+                                            for bug, text, fix in _EPILOGUE_MISTAKES], **t) or (None, None)
             if cause is None and (got == _SENTINEL).all():
-                cause = f"{label} is never stored"
+                cause, hint = _stored_elsewhere(label, (o, lse)[pick], others)
             return fail("forward", 6, f"{label} does not match the float64 reference",
-                        where=f"case \"{name}\": {at(problem)}", cause=cause)
+                        where=f"case \"{name}\": {at(problem)}", cause=cause, hint=hint)
         if not (mine_o[n:] == _SENTINEL).all() or not (mine_lse[n:] == _SENTINEL).all():
             return fail("forward", 6, "writes rows past SEQ_LEN", where=f"case \"{name}\"",
-                        cause="mask both stores by row: those rows are not part of O or LSE "
-                              "(in the real kernel they belong to the next head, or to no tensor at all)")
+                        cause="the stores are not masked by row: those rows are not part of O or the LSE "
+                              "(in the real kernel they belong to the next head, or to no tensor at all)",
+                        hint="mask both stores by row")
         if not (mine_o[:, d:] == _SENTINEL).all():
             return fail("forward", 6, "writes the padding columns past HEAD_DIM", where=f"case \"{name}\"",
-                        cause="mask the store of O by column too: those columns belong to the next row")
+                        cause="the store of O is not masked by column: those columns belong to the next row",
+                        hint="mask the store of O by column too")
         if not (o[others] == _SENTINEL).all() or not (lse[others] == _SENTINEL).all():
             return fail("forward", 6, "also writes into another batch or head", where=f"case \"{name}\"",
-                        cause="offset O and the LSE by the batch and the head, each times its own stride")
+                        cause="the batch or head offset of a store is wrong", hint=_OFFSETS)
     problem = in_interpreter(f"{__name__}:epilogue_offsets_problem")
     if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
         return fail("forward", 6, **problem, extra=dict(safe_on_small_tensors=True))
@@ -288,7 +318,8 @@ def check_epilogue():
 
 def epilogue_offsets_problem():
     """Part 6 in the interpreter, with its stores recorded, not made: None when O's and the LSE's addresses
-    are the 64-bit ones at batch and head offsets past 2^31 elements, else the problem (message, where, cause)."""
+    are the 64-bit ones at batch and head offsets past 2^31 elements, else the problem (message, where, cause,
+    hint)."""
     fwd, probes = forward_parts()
     bm, dp = _EPI["BLOCK_M"], _EPI["HEAD_DIM_PAD"]
     n, d = _EPI_SEQ_LEN, _EPI_HEAD_DIM
@@ -300,11 +331,12 @@ def epilogue_offsets_problem():
             with addresses_recorded() as seen:
                 launch(6, probes["epilogue"], (1,), acc, l, m, o, lse, b, h, *o_strides, *lse_strides, n, d, **_EPI)
         except Stop as stop:
-            return dict(message=stop.verdict.message, where=stop.verdict.where, cause=stop.verdict.cause)
+            return dict(message=stop.verdict.message, where=stop.verdict.where, cause=stop.verdict.cause,
+                        hint=stop.verdict.hint)
         got = recorded(seen, "store")
         if not got:
             return dict(message="stores nothing", where=f"batch {b}, head {h}",
-                        cause="the placeholder is still there: store O and the LSE")
+                        cause="the placeholder is still there", hint="store O and the LSE")
         index, stride = (b, s_b) if which == "batch" else (h, s_h)
         base, wrapped = b * s_b + h * s_h, b * s_b + h * s_h - index * stride + wrapped_int32(index * stride)
         rows, cols = torch.meshgrid(torch.arange(n), torch.arange(d), indexing="ij")
@@ -317,14 +349,13 @@ def epilogue_offsets_problem():
             if name != "O":
                 fix = fix.replace("_o", "_l")
             if address_set(ptr, size, (wrapped + cells).tolist()) <= got:
-                cause = overflow_cause(which, stride, index, fix, name, kind="store")
+                cause, hint = overflow_cause(which, stride, index, fix, name, kind="store")
             else:
-                cause = (f"the addresses of {name} are wrong once the {which} offset passes 2^31: compute the batch "
-                         "and head offsets in int64 (index.to(tl.int64) * stride)")
+                cause, hint = wrong_addresses_cause(which, name)
             return dict(message=f"stores {name} at wrong addresses in a tensor past 2^31 elements",
                         where=f"batch {b}, head {h} of a tensor with batch stride {s_b} and head stride {s_h} "
                               f"(elements): {len(want - got)} of {len(want)} elements of {name} written at the wrong "
-                              "address", cause=cause)
+                              "address", cause=cause, hint=hint)
     return None
 
 

@@ -8,9 +8,9 @@
   read NaN when the load has no ``other``, and the addresses of a tile whose
   batch or head offset is past 2^31 elements (recorded, never touched);
 * Part 3, :func:`check_key_loop`: which key blocks each query tile visits,
-  and which of them go through the mask (your Parts 4 and 5 are replaced by
-  recorders, so only the loop is judged; your Part 2 loads the tiles), with
-  K and V in different layouts.
+  and which of them go through the mask, then the scores it computes (your
+  Parts 4 and 5 are replaced by recorders, so only the loop is judged; your
+  Part 2 loads the tiles), with K and V in different layouts.
 
 Each launches a probe (probes.py) and compares what came back with what the
 kernel needs; on a wrong answer the verdict names the likely mistake in words.
@@ -19,10 +19,11 @@ kernel needs; on a wrong answer the verdict names the likely mistake in words.
 import torch
 import triton
 
+from gqa_flash import testing
 from gqa_flash.lab.checks.probes import (
     addresses_recorded, dev, forward_parts, in_interpreter, launch, masked_lanes_poisoned,
 )
-from gqa_flash.lab.checks.verdict import Stop, Verdict, fail, prints_verdict, what
+from gqa_flash.lab.checks.verdict import Stop, Verdict, at, fail, matches, prints_verdict, what
 
 # --- Part 1 ------------------------------------------------------------------
 
@@ -32,28 +33,35 @@ _IDS = ("query tile", "batch", "query head", "KV head")
 
 
 def _ids_cause(got, want, n_q, n_kv):
-    """The likely mistake behind a wrong set of ids, from the whole grid's answers."""
+    """(cause, hint): the likely mistake behind a wrong set of ids, from the whole grid's answers."""
     if (got == 0).all():
-        return "the placeholder is still there: every program thinks it is the first tile of head 0"
+        return ("the placeholder is still there: every program thinks it is the first tile of head 0",
+                "read this program's place in the grid, on both axes")
     g_t, g_b, g_h, g_kv = got.unbind(-1)
     w_t, w_b, w_h, w_kv = want.unbind(-1)
     if torch.equal(g_t, w_b) or torch.equal(g_b, w_t):
-        return "the axes are swapped: axis 0 of the grid counts query tiles, axis 1 counts (batch, head) pairs"
+        return ("the grid's axes are swapped",
+                "axis 0 of the grid counts query tiles, axis 1 counts (batch, head) pairs")
     if torch.equal(g_b, w_h) and torch.equal(g_h, w_b):
-        return ("batch and head are swapped: on axis 1 the head varies fastest, so the head is the remainder "
-                "after dividing by the number of query heads, and the batch is the quotient")
+        return ("batch and head are swapped: on axis 1 the head varies fastest",
+                "the head is the remainder after dividing by the number of query heads, the batch the quotient")
     if not torch.equal(g_b, w_b) or not torch.equal(g_h, w_h):
-        return "the batch or the query head is wrong: axis 1 holds batch * N_Q_HEADS + head"
+        return "the batch or the query head is wrong", "axis 1 holds batch * N_Q_HEADS + head"
     if torch.equal(g_kv, w_h % n_kv):
         return ("the KV head is the query head modulo N_KV_HEADS: that deals the heads out in turn, but a group "
-                "is made of *consecutive* query heads, so divide by the group size")
+                "is made of *consecutive* query heads", "divide by the group size")
     if torch.equal(g_kv, w_h // n_kv):
-        return "divided by N_KV_HEADS: divide by the group size, the number of query heads per KV head"
+        return ("the query head is divided by N_KV_HEADS, not by the group size",
+                "the group size is the number of query heads per KV head")
+    if n_kv > 1 and (g_kv == 0).all():
+        return ("every query head reads KV head 0: the group size comes out as 0 (the division the wrong way "
+                "round) or the KV head is never computed", "the group size is N_Q_HEADS // N_KV_HEADS")
     if torch.equal(g_kv, w_h):
-        return "the KV head is the query head itself: right only for MHA, where each group has one head"
+        return ("the KV head is the query head itself: right only for MHA, where each group has one head",
+                "a group of consecutive query heads shares one KV head")
     if bool(((g_kv < 0) | (g_kv >= n_kv)).any()):
-        return f"a KV head outside 0..{n_kv - 1}"
-    return None
+        return f"a KV head outside 0..{n_kv - 1}", None
+    return None, None
 
 
 @prints_verdict
@@ -74,7 +82,7 @@ def check_program_ids():
         return fail("forward", 1, "a program does not know which work is its own",
                     where=f"grid ({tiles}, {batch} * {n_q}) for batch {batch}, {n_q} query heads on {n_kv} KV heads: "
                           f"program ({i}, {j}) got {', '.join(wrong)}",
-                    cause=_ids_cause(got, want, n_q, n_kv))
+                    **dict(zip(("cause", "hint"), _ids_cause(got, want, n_q, n_kv))))
     return Verdict(True, what("forward", 1), f"every program finds its tile, batch, query head and KV head in "
                    f"{len(_GRIDS)} grids (GQA 8:2, 6:3, 32:8; MHA; MQA)")
 
@@ -124,23 +132,25 @@ def check_load_tile():
         want[: real.shape[0], : real.shape[1]] = real
         if torch.equal(got, want):
             continue
+        mask_them = "mask them, and let them read 0"
         if (got == 0).all():
-            cause = "the placeholder is still there: the tile comes back all zeros"
+            cause, hint = "the placeholder is still there: the tile comes back all zeros", "load the tile"
         elif (got[max(0, n - row0):] == _SENTINEL).any():
-            cause = (f"rows past n_rows are loaded: rows {n}.. are not part of the tensor (the ragged last tile); "
-                     "mask them, and let them read 0")
+            cause, hint = (f"rows past n_rows are loaded: rows {n}.. are not part of the tensor (the ragged last "
+                           "tile)", mask_them)
         elif (got[:, d:] == _SENTINEL).any():
-            cause = (f"columns past n_cols are loaded: columns {d}.. are the head dim's padding to a power of two; "
-                     "mask them, and let them read 0")
+            cause, hint = (f"columns past n_cols are loaded: columns {d}.. are the head dim's padding to a power "
+                           "of two", mask_them)
         elif (got[max(0, n - row0):] != 0).any() or (got[:, d:] != 0).any():
-            cause = "masked entries must read 0 (the load's `other`): they take part in every dot product"
+            cause, hint = ("the masked entries do not read 0, and they take part in every dot product",
+                           "a masked load reads its `other` in the masked entries")
         else:
-            cause = _which_slice(got, x, row0, br, bc, b, h)
+            cause, hint = _which_slice(got, x, row0, br, bc, b, h)
         i, j = (got != want).nonzero()[0].tolist()
         return fail("forward", 2, "loads the wrong numbers",
                     where=f"case \"{name}\": tile row {i} (sequence row {row0 + i}), column {j}: "
                           f"got {float(got[i, j]):.4g}, expected {float(want[i, j]):.4g}",
-                    cause=cause)
+                    cause=cause, hint=hint)
     problem = in_interpreter(f"{__name__}:load_tile_gpu_problem")
     if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
         return fail("forward", 2, **problem, extra=dict(safe_on_small_tensors=True))
@@ -150,7 +160,7 @@ def check_load_tile():
 
 def _problem(verdict) -> dict:
     """A failed verdict as the JSON-able problem an interpreter-only probe returns."""
-    return dict(message=verdict.message, where=verdict.where, cause=verdict.cause)
+    return dict(message=verdict.message, where=verdict.where, cause=verdict.cause, hint=verdict.hint)
 
 
 def load_tile_masked_lanes_problem():
@@ -177,18 +187,20 @@ def load_tile_masked_lanes_problem():
         return dict(message="loads the wrong numbers",
                     where=f"strided tensor [{batch}, {heads}, {n}, {d}], batch {b}, head {h}, rows {row0}..{n - 1}",
                     cause="the placeholder is still there: the tile comes back all zeros" if (out == 0).all() else
-                          "the tile's own entries are wrong: see the check of Part 2 (checks.check_load_tile())")
+                          "the tile's own entries are wrong",
+                    hint="see the check of Part 2 (checks.check_load_tile())")
     if torch.isnan(out).any() and torch.equal(out.nan_to_num(0.0), want):
         cause = ("the masked load has no `other`: the interpreter happens to read 0 in the masked lanes, but a "
-                 "GPU leaves them undefined, whatever its registers held (NaN, here). Give tl.load other=0.0, "
-                 "or set those lanes to 0 yourself with tl.where")
+                 "GPU leaves them undefined, whatever its registers held (NaN, here)")
+        hint = "give tl.load other=0.0, or set those lanes to 0 yourself with tl.where"
     else:
-        cause = "masked entries must read 0 (the load's `other`): they take part in every dot product"
+        cause = "the masked entries do not read 0, and they take part in every dot product"
+        hint = "a masked load reads its `other` in the masked entries"
     return dict(message="masked lanes do not read 0 on a GPU",
                 where=f"strided tensor [{batch}, {heads}, {n}, {d}], rows {row0}..{row0 + br - 1} (rows {n}.. and "
-                      f"columns {d}.. are masked), a masked load with no `other` reading NaN: tile row {i}, "
+                      f"columns {d}.. are masked), with the masked lanes of a GPU simulated: tile row {i}, "
                       f"column {j} got {float(out[i, j]):.4g}, expected {float(want[i, j]):.4g}",
-                cause=cause)
+                cause=cause, hint=hint)
 
 
 def load_tile_gpu_problem():
@@ -221,13 +233,19 @@ def recorded(seen, kind) -> set:
 
 
 def overflow_cause(which, stride, index, fix, name="the tile", kind="load"):
-    """Why the ``which`` ("batch" or "head") offset ``index * stride`` went wrong, and ``fix``, the expression
-    that mends it."""
+    """(cause, hint): why the ``which`` ("batch" or "head") offset ``index * stride`` went wrong, and ``fix``,
+    the expression that mends it."""
     moved = "read from" if kind == "load" else "written to"
     return (f"the {which} offset is computed in 32-bit integers: {index} * {stride} = {index * stride} is past "
             f"2^31 and wraps around to {wrapped_int32(index * stride)}, so on a GPU {name} would be {moved} "
-            f"another part of memory (or fault) once a tensor holds 2^31 elements. Convert the index to int64 "
-            f"before it meets its stride: {fix}")
+            "another part of memory (or fault) once a tensor holds 2^31 elements",
+            f"convert the index to int64 before it meets its stride: {fix}")
+
+
+def wrong_addresses_cause(which, name="the tile"):
+    """(cause, hint) when the addresses past 2^31 elements match no known mistake."""
+    return (f"the addresses of {name} are wrong once the {which} offset passes 2^31",
+            "compute the batch and head offsets in int64 (index.to(tl.int64) * stride)")
 
 
 def load_tile_offsets_problem():
@@ -251,18 +269,17 @@ def load_tile_offsets_problem():
             continue
         if not got:
             return dict(message="loads nothing", where=f"batch {b}, head {h}, rows {row0}..{n - 1}",
-                        cause="the placeholder is still there: load the tile with tl.load")
+                        cause="the placeholder is still there", hint="load the tile with tl.load")
         index, stride = (b, s_b) if which == "batch" else (h, s_h)
         wrapped = [o - index * stride + wrapped_int32(index * stride) for o in offsets]
-        cause = (overflow_cause(which, stride, index, f"{which}_idx.to(tl.int64) * stride_{which[0]}")
-                 if got == address_set(x.data_ptr(), 4, wrapped) else
-                 f"the addresses are wrong once the {which} offset passes 2^31: compute the batch and head "
-                 "offsets in int64 (index.to(tl.int64) * stride)")
+        cause, hint = (overflow_cause(which, stride, index, f"{which}_idx.to(tl.int64) * stride_{which[0]}")
+                       if got == address_set(x.data_ptr(), 4, wrapped) else
+                       wrong_addresses_cause(which))
         return dict(message="forms wrong addresses in a tensor past 2^31 elements",
                     where=f"batch {b}, head {h} of a tensor with batch stride {s_b} and head stride {s_h} "
                           f"(elements), rows {row0}..{n - 1}: {len(want - got)} of {len(want)} elements read at "
                           "the wrong address",
-                    cause=cause)
+                    cause=cause, hint=hint)
     return None
 
 
@@ -272,64 +289,113 @@ def _view_like(buf, x):
 
 
 def _which_slice(got, x, row0, br, bc, b, h):
-    """Where the tile came from, if not from [b, h]: another batch or head, or swapped strides."""
+    """(cause, hint): where the tile came from, if not from [b, h]: another batch or head, or swapped strides."""
     batch, heads, n, d = x.shape
     rows = min(br, n - row0)
     cols = min(bc, d)
     for bb in range(batch):
         for hh in range(heads):
             if (bb, hh) != (b, h) and torch.equal(got[:rows, :cols], x[bb, hh, row0:row0 + rows, :cols]):
-                return (f"the tile of batch {bb}, head {hh} came back instead of batch {b}, head {h}: check the "
-                        "batch and head offsets (each is an index times its own stride)")
-    return ("the numbers come from the wrong addresses: element [b, h, r, c] lies b, h, r and c strides past X, "
-            "each with its own stride (the row stride for rows, the column stride for columns)")
+                return (f"the tile of batch {bb}, head {hh} came back instead of batch {b}, head {h}: the batch "
+                        "or head offset is wrong", "each offset is an index times its own stride")
+    return ("the numbers come from the wrong addresses",
+            "element [b, h, r, c] lies b, h, r and c strides past X, each with its own stride (the row stride for "
+            "rows, the column stride for columns)")
 
 
 # --- Part 3 ------------------------------------------------------------------
 
 _LOOP = dict(BLOCK_M=32, BLOCK_N=16, HEAD_DIM=128)
 _LOOP_SEQ_LEN = 72  # 3 query tiles, the last one ragged; 5 key blocks, the last one ragged
+_LOOP_QK_SCALE = 0.3 * 1.4426950408889634  # the score probe's qk_scale: sm_scale 0.3, times log2(e)
+
+
+def _phase_bounds(n, bm, bn, causal, tile):
+    """Where query ``tile``'s phase 1 ends and its phase 2 ends (keys)."""
+    if causal:
+        return tile * bm, min((tile + 1) * bm, n)
+    return (n // bn) * bn, n
 
 
 def _expected_visits(n, bm, bn, causal, tile):
     """(unmasked, masked) visits of each key 0..n-1 by query ``tile``, and the key blocks it loads."""
+    start, end = _phase_bounds(n, bm, bn, causal, tile)
     unmasked = torch.zeros(n)
     masked = torch.zeros(n)
-    if causal:
-        start, end = tile * bm, min((tile + 1) * bm, n)
-    else:
-        start, end = (n // bn) * bn, n
     unmasked[:start] = 1
     masked[start:end] = 1
     return unmasked, masked, start // bn + triton.cdiv(end - start, bn)
 
 
+def _keys(first, last) -> str:
+    return f"key {first}" if first == last else f"keys {first}..{last}"
+
+
+def _visits(unmasked, masked) -> str:
+    """``visited once without the mask``, ``never visited``...: how one key was walked."""
+    times = {1: "once", 2: "twice"}
+    ways = [f"{times.get(count, f'{count} times')} {how}"
+            for count, how in ((unmasked, "without the mask"), (masked, "through the mask")) if count]
+    return "visited " + " and ".join(ways) if ways else "never visited"
+
+
+def _what_tile_did(tile, n, bm, got, want, blocks, want_blocks):
+    """Where a tile's walk differs: the first run of keys visited otherwise than expected, and the block count."""
+    rows = f"query tile {tile} (rows {tile * bm}..{min((tile + 1) * bm, n) - 1})"
+    wrong = [j for j in range(n) if got[j] != want[j]]
+    loaded = f"{blocks} key blocks loaded, expected {want_blocks}"
+    if not wrong:
+        return f"{rows}: every key of the sequence is visited as expected, but {loaded}"
+    first = last = wrong[0]
+    while last + 1 < n and last + 1 in wrong and got[last + 1] == got[first] and want[last + 1] == want[first]:
+        last += 1
+    did = f"{rows}: {_keys(first, last)} {_visits(*got[first])} (expected: {_visits(*want[first])})"
+    return did + (f"; {loaded}" if blocks != want_blocks else "")
+
+
 def _loop_cause(unmasked, masked, blocks, want_u, want_m, want_blocks, tile, n, bm, bn, causal):
+    """(cause, hint) of a wrong walk, from the keys each phase visited; (None, None) when none fits."""
     if blocks == 0:
-        return "the placeholder is still there: no key block is ever visited"
-    start = tile * bm if causal else (n // bn) * bn
-    end = min((tile + 1) * bm, n) if causal else n
+        return "the placeholder is still there: no key block is ever visited", "write both phases' loops"
+    start, end = _phase_bounds(n, bm, bn, causal, tile)
+    past_end = triton.cdiv(n, bn) * bn  # the first key of a block that lies wholly past the sequence
     if (unmasked + masked > 1).any():
         j = int((unmasked + masked > 1).nonzero()[0])
-        return f"key {j} is visited twice: the two phases overlap (each key goes through exactly one)"
+        return (f"the two phases overlap: key {j} is visited twice",
+                "each key goes through exactly one phase: phase 2 starts where phase 1 ends")
+    if causal and blocks > want_blocks and (tile + 1) * bm > n:
+        return (f"phase 2 runs past the end of the sequence: this tile's rows reach past SEQ_LEN ({n}), so its "
+                f"diagonal ends there, but the loop goes on to the blocks from key {past_end} on, which lie wholly "
+                "past the end of the sequence: they hold no key at all",
+                "phase 2 stops at the end of the tile's own rows or at SEQ_LEN, whichever comes first")
     if causal and blocks > want_blocks:
-        return (f"it loads {blocks} key blocks where {want_blocks} are needed: the blocks after the diagonal "
-                f"(keys {end} and up) hold only future keys; phase 2 must stop at the end of the tile's own rows")
+        return (f"phase 2 runs past the diagonal: the blocks after the diagonal (keys {end} and up) hold only "
+                "future keys, loaded and masked for nothing",
+                "phase 2 stops at the end of the tile's own rows: a block past the diagonal is never loaded")
     if causal and (unmasked[start:end] > 0).any():
         j = start + int((unmasked[start:end] > 0).nonzero()[0])
-        return (f"diagonal key {j} is visited without the mask: the unmasked phase must stop where this tile's "
-                f"rows begin (key {start}), or the future leaks in")
+        return (f"the unmasked phase runs into the diagonal: diagonal key {j} is visited without the mask, so the "
+                "future leaks in", f"phase 1 stops where this tile's rows begin (key {start})")
+    if not causal and (unmasked[start:end] > 0).any():
+        return (f"phase 1's bound overshoots SEQ_LEN: phase 1 takes the ragged last block (keys {start}..{end - 1}) "
+                f"whole and without the mask, so its keys past the end of the sequence ({end}..{start + bn - 1}, "
+                "loaded as 0) are visited too, each with a score of 0: a real weight",
+                "phase 1 ends at the last full block, SEQ_LEN rounded *down* to a multiple of BLOCK_N; the ragged "
+                "block goes through phase 2, and its mask")
     if (masked[:start] > 0).any():
         j = int((masked[:start] > 0).nonzero()[0])
-        return (f"key {j} goes through the mask although every row of the tile sees it: phase 1 must cover "
-                f"keys 0..{start - 1} (the mask costs work where it is not needed)")
+        return (f"phase 1 ends too early: key {j} goes through the mask although every row of the tile sees it",
+                f"phase 1 covers keys 0..{start - 1}: the mask costs work where it is not needed")
     if (unmasked + masked < (want_u + want_m)).any():
         j = int((unmasked + masked < want_u + want_m).nonzero()[0])
         return (f"key {j} is never visited: " + ("phase 1 ends too early or phase 2 starts too late"
-                                                 if j < start else "phase 2 ends too early"))
-    if not causal and blocks > want_blocks:
-        return f"it loads {blocks} key blocks where {want_blocks} are needed: keys past SEQ_LEN are not there"
-    return None
+                                                 if j < start else "phase 2 ends too early"),
+                f"every key below {end} goes through one phase: phase 2 starts where phase 1 ends and ends at key "
+                f"{end}")
+    if blocks > want_blocks:
+        return (f"phase 2 runs past the end of the sequence: the blocks from key {past_end} on lie wholly past "
+                f"SEQ_LEN ({n}): they hold no key at all", "phase 2 ends at SEQ_LEN")
+    return None, None
 
 
 def _unit_values(batch, heads, n, d, b, h, layout):
@@ -344,7 +410,7 @@ def _unit_values(batch, heads, n, d, b, h, layout):
 
 
 def _walk_problem(probes, k, v, causal, b, h):
-    """The first query tile that walks the wrong key blocks, as (tile, what it did, cause), or None."""
+    """The first query tile that walks the wrong key blocks, as (tile, what it did, cause, hint), or None."""
     bm, bn, d = _LOOP["BLOCK_M"], _LOOP["BLOCK_N"], _LOOP["HEAD_DIM"]
     n = k.shape[2]
     tiles = triton.cdiv(n, bm)
@@ -357,21 +423,83 @@ def _walk_problem(probes, k, v, causal, b, h):
         row = tile * bm  # every row of a tile sees the same blocks: read its first row
         counts, got_blocks = acc[row, :n], blocks[row]
         if not torch.isfinite(counts).all() or not torch.isfinite(got_blocks):
-            return tile, None, "return acc, l_i and m_i as the updates (Part 4) leave them"
+            return (tile, None, "the state that comes back is not the one the updates (Part 4) left",
+                    "return acc, l_i and m_i as the last update leaves them")
         masked, unmasked = torch.div(counts, 1000, rounding_mode="floor"), counts.remainder(1000)
         want_u, want_m, want_blocks = _expected_visits(n, bm, bn, causal, tile)
         if torch.equal(unmasked, want_u) and torch.equal(masked, want_m) and int(got_blocks) == want_blocks:
             continue
-        did = (f"query tile {tile} (rows {row}..{min(row + bm, n) - 1}) visited {int(got_blocks)} key blocks, "
-               f"expected {want_blocks}")
-        return tile, did, _loop_cause(unmasked, masked, int(got_blocks), want_u, want_m, want_blocks, tile, n, bm,
-                                      bn, causal)
+        got, want = list(zip(unmasked.int().tolist(), masked.int().tolist())), list(zip(want_u.int().tolist(),
+                                                                                          want_m.int().tolist()))
+        did = _what_tile_did(tile, n, bm, got, want, int(got_blocks), want_blocks)
+        return tile, did, *_loop_cause(unmasked, masked, int(got_blocks), want_u, want_m, want_blocks, tile, n,
+                                       bm, bn, causal)
     return None
+
+
+def _scores64(q, k, v, causal, variant=None):
+    """What the score probe records, in float64: [row, key] holds the score if the row's tile visits the key.
+
+    ``variant`` replays a mistake: "unscaled" (no qk_scale), "unscaled 1" or "unscaled 2" (in one phase only),
+    "v" (the scores taken against V's tile)."""
+    bm, bn = _LOOP["BLOCK_M"], _LOOP["BLOCK_N"]
+    n = k.shape[0]
+    s = q[:n].double() @ (v if variant == "v" else k).double().T
+    bounds = torch.tensor([_phase_bounds(n, bm, bn, causal, i // bm) for i in range(n)])
+    key = torch.arange(n)[None, :]
+    phase1, visited = key < bounds[:, :1], key < bounds[:, 1:]
+    scale = torch.full((n, n), _LOOP_QK_SCALE, dtype=torch.float64)
+    if variant in ("unscaled", "unscaled 1"):
+        scale[phase1] = 1.0
+    if variant in ("unscaled", "unscaled 2"):
+        scale[~phase1] = 1.0
+    return torch.where(visited, s * scale, torch.zeros_like(s)), phase1
+
+
+_SCORE_MISTAKES = [
+    ("unscaled", "the scores are not multiplied by qk_scale: they are plain dot products q·k, not the scaled "
+                 "scores in log2 units that Part 4 expects",
+     "multiply q·kᵀ by qk_scale (sm_scale and log2(e) folded together), in both phases"),
+    ("unscaled 1", "phase 1's scores are not multiplied by qk_scale (phase 2's are)",
+     "multiply q·kᵀ by qk_scale in phase 1 too"),
+    ("unscaled 2", "phase 2's scores are not multiplied by qk_scale (phase 1's are)",
+     "multiply q·kᵀ by qk_scale in phase 2 too"),
+    ("v", "the scores are taken against the V tile: a score is a query row against a key row, from K",
+     "the scores are q·kᵀ, with the K tile of the same block"),
+]
+
+
+def _score_problem(probes, q, k, v, causal, b, h):
+    """The first wrong score the key loop computed, as (where, cause, hint), or None."""
+    bm, d = _LOOP["BLOCK_M"], _LOOP["HEAD_DIM"]
+    n = k.shape[2]
+    acc = torch.full((q.shape[0], d), float("nan"), device=dev())
+    launch(3, probes["key_scores"], (q.shape[0] // bm,), q.to(dev()), k, v, acc, n, b, h, _LOOP_QK_SCALE,
+           *k.stride(), *v.stride(), CAUSAL=causal, **_LOOP)
+    got = acc.cpu()[:n, :n]
+    k_bh, v_bh = k[b, h].cpu(), v[b, h].cpu()
+    want, phase1 = _scores64(q, k_bh, v_bh, causal)
+    atol = rtol = 1e-2  # loose enough for a tf32 product on a GPU, tight enough for any mistake below
+    problem = testing.mismatch("scores", got, want, labels=("query row", "key"), atol=atol, rtol=rtol)
+    if problem is None:
+        return None
+    i, j = problem.index
+    where = f"{at(problem)} (phase {1 if phase1[i, j] else 2} of query tile {i // bm})"
+    for variant, cause, hint in _SCORE_MISTAKES:
+        if matches(got, _scores64(q, k_bh, v_bh, causal, variant)[0], atol, rtol):
+            return where, cause, hint
+    return where, None, None
+
+
+def _part2_problem():
+    """Part 2's failing verdict when its mistake shows in small tensors (so in Part 3's probe too), else None."""
+    verdict = check_load_tile.verdict()
+    return None if verdict.ok or verdict.extra.get("safe_on_small_tensors") else verdict
 
 
 @prints_verdict
 def check_key_loop():
-    """forward.py Part 3: which key blocks each query tile visits, and which go through the mask.
+    """forward.py Part 3: which key blocks each query tile visits, which go through the mask, and the scores.
 
     K is contiguous and V a [B, N, H, D] tensor seen as [B, H, N, D]: each has strides of its own."""
     fwd, probes = forward_parts()
@@ -381,25 +509,35 @@ def check_key_loop():
     batch, heads, b, h = 2, 2, 1, 1
     k = torch.randn(batch, heads, n, d, generator=g).to(dev())
     v = _unit_values(batch, heads, n, d, b, h, "bnhd").to(dev())  # .to keeps the strides
+    q = torch.zeros(triton.cdiv(n, bm) * bm, d)
+    q[:n] = 0.5 * torch.randn(n, d, generator=g)
     for causal in (True, False):
         name = (f"{'causal' if causal else 'no causal mask'}, SEQ_LEN {n}, BLOCK_M {bm}, BLOCK_N {bn}, K contiguous, "
                 "V in the [B, N, H, D] layout")
         problem = _walk_problem(probes, k, v, causal, b, h)
-        if problem is None:
+        scores = None if problem else _score_problem(probes, q, k, v, causal, b, h)
+        if problem is None and scores is None:
             continue
-        tile, did, cause = problem
-        like_k = _unit_values(batch, heads, n, d, b, h, "contiguous").to(dev())
-        if _walk_problem(probes, k, like_k, causal, b, h) is None:
-            return fail("forward", 3, "reads V at the wrong addresses",
-                        where=f"case \"{name}\": query tile {tile}; with V laid out as K is, the walk is right",
-                        cause="V is loaded with K's strides: V has strides of its own (stride_vb, stride_vh, "
-                              "stride_vn, stride_vd), and here they differ from K's")
-        if did is None:
-            return fail("forward", 3, "the key loop does not return the state it was given",
-                        where=f"case \"{name}\": query tile {tile}", cause=cause)
-        return fail("forward", 3, "walks the wrong key blocks", where=f"case \"{name}\": {did}",
-                    cause=cause, hint="this check loads tiles with your Part 2: make its check pass first")
+        part2 = _part2_problem()
+        if scores is not None:
+            where, cause, hint = scores
+            message, where = "computes the wrong scores", f"case \"{name}\": {where}"
+        else:
+            tile, did, cause, hint = problem
+            like_k = _unit_values(batch, heads, n, d, b, h, "contiguous").to(dev())
+            if part2 is None and _walk_problem(probes, k, like_k, causal, b, h) is None:
+                return fail("forward", 3, "reads V at the wrong addresses",
+                            where=f"case \"{name}\": query tile {tile}; with V laid out as K is, the walk is right",
+                            cause="V is loaded with K's strides, and here V's differ from K's",
+                            hint="V has strides of its own (stride_vb, stride_vh, stride_vn, stride_vd): load V "
+                                 "with them")
+            message = "walks the wrong key blocks" if did else "the key loop does not return the state it was given"
+            where = f"case \"{name}\": {did or f'query tile {tile}'}"
+        if part2 is not None:  # the loop loads its tiles with Part 2: its mistake may be what shows here
+            cause = (f"{part2.what} fails its own check, and the key loop loads its tiles with it: what this check "
+                     "sees may be Part 2's mistake, not this part's")
+            hint = "make Part 2's check (checks.check_load_tile()) pass first, then re-run this one"
+        return fail("forward", 3, message, where=where, cause=cause, hint=hint)
     return Verdict(True, what("forward", 3), "each query tile visits its key blocks once: the ones before the "
                    "diagonal unmasked, the diagonal masked, none after it; without the causal mask every full "
-                   "block unmasked and the ragged last one masked")
-
+                   "block unmasked and the ragged last one masked; the scores are q·kᵀ times qk_scale")

@@ -5,10 +5,11 @@ is checked on its own by a *probe*: an ordinary kernel that loads chosen
 inputs, calls ONE of your helpers, and stores what it returns. The probes
 below are plain functions that say ``fwd._program_ids(...)``;
 :func:`forward_parts` turns them into Triton kernels bound to one version of
-your forward module. Part 3's probe is the one exception to "one helper": it
-runs your key loop, which calls your Part 2, with Parts 4 and 5 replaced by
-recorders. The checks that launch the probes are in kernel_walk.py (Parts 1-3)
-and kernel_parts.py (Parts 4-6). For two mistakes that only a GPU would show
+your forward module. Part 3's two probes are the exception to "one helper":
+they run your key loop, which calls your Part 2, with Parts 4 and 5 replaced
+by recorders (of the key blocks it walks, and of the scores it computes). The
+checks that launch the probes are in kernel_walk.py (Parts 1-3) and
+kernel_parts.py (Parts 4-6). For two mistakes that only a GPU would show
 (a masked load with no ``other``, batch and head offsets in int32) the
 interpreter's loads and stores are swapped, for the length of a probe, for
 ones that show them (the end of this file). decode.py's probes
@@ -105,6 +106,39 @@ def _probe_key_loop(K, V, ACC_OUT, BLOCKS_OUT, SEQ_LEN, BATCH, HEAD,
     tl.store(BLOCKS_OUT + tile * BLOCK_M + rows, l_i)
 
 
+@triton.jit
+def _record_scores(acc, l_i, m_i, s, v, INPUT_PRECISION: tl.constexpr):
+    """Part 3's other stand-in for Part 4: with v[j] = e_j, acc[:, j] gains the score of key j, each visit."""
+    acc += tl.dot(s, v, input_precision=INPUT_PRECISION)
+    return acc, l_i + 1.0, m_i
+
+
+@triton.jit
+def _keep_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL: tl.constexpr):
+    """Part 3's other stand-in for Part 5: masks nothing, so the recorder sees every score the loop computed."""
+    return s
+
+
+def _probe_key_scores(Q, K, V, ACC_OUT, SEQ_LEN, BATCH, HEAD, qk_scale,
+                      stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr):
+    """Part 3: your key loop on real queries, its scores recorded (acc[i, j] = the score of row i, key j).
+
+    Q is [query tiles * BLOCK_M, HEAD_DIM], contiguous (rows past SEQ_LEN hold zeros)."""
+    tile = tl.program_id(0)
+    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + offs_m[:, None] * HEAD_DIM + offs_d[None, :])
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    acc, l_i, m_i = scored_key_loop(  # noqa: F821
+        acc, l_i, m_i, q, K, V, tile * 0 + BATCH, tile * 0 + HEAD,
+        stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+        tile, offs_m, offs_d, qk_scale, SEQ_LEN, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, "ieee")
+    tl.store(ACC_OUT + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc)
+
+
 def _probe_online_softmax_update(ACC, L, M, S, V, ACC_OUT, L_OUT, M_OUT,
                                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                                  INPUT_PRECISION: tl.constexpr):
@@ -144,8 +178,8 @@ def _probe_epilogue(ACC, L, M, O, LSE, BATCH, HEAD, stride_ob, stride_oh, stride
                   stride_ob, stride_oh, stride_on, stride_od, stride_lb, stride_lh, stride_ln, SEQ_LEN, HEAD_DIM)
 
 
-_PROBES = (_probe_program_ids, _probe_load_tile, _probe_key_loop, _probe_online_softmax_update,
-           _probe_mask_scores, _probe_epilogue)
+_PROBES = (_probe_program_ids, _probe_load_tile, _probe_key_loop, _probe_key_scores,
+           _probe_online_softmax_update, _probe_mask_scores, _probe_epilogue)
 
 
 # --- decode.py (notebook 07): the same idea, one probe per helper; ``dec`` is your decode module ---
@@ -263,10 +297,12 @@ def _module_and_probes(name, probes, scope):
 
 
 def _forward_scope(fwd):
-    # Part 3's probe runs your _key_loop with Parts 4 and 5 swapped for the recorders above
-    # (your Part 2 stays: the key loop loads its tiles with it).
-    recorded = _rebind(fwd._key_loop.fn, {"_online_softmax_update": _record_update, "_mask_scores": _mark_masked})
-    return {"fwd": fwd, "recorded_key_loop": recorded}
+    # Part 3's probes run your _key_loop with Parts 4 and 5 swapped for the recorders above
+    # (your Part 2 stays: the key loop loads its tiles with it): one records the walk, one the scores.
+    loop = fwd._key_loop.fn
+    recorded = _rebind(loop, {"_online_softmax_update": _record_update, "_mask_scores": _mark_masked})
+    scored = _rebind(loop, {"_online_softmax_update": _record_scores, "_mask_scores": _keep_scores})
+    return {"fwd": fwd, "recorded_key_loop": recorded, "scored_key_loop": scored}
 
 
 def forward_parts():

@@ -26,6 +26,9 @@ from pathlib import Path
 import torch
 
 from gqa_flash import impl, integrity, layout, testing
+from gqa_flash.lab.checks.triton_errors import (
+    compile_error_line, innermost_compile_error, source_line, triton_error,
+)
 
 # Every checked file's parts, numbered as the banners in the file number them.
 PARTS = {
@@ -231,10 +234,24 @@ def _own_work(module: str):
 
 
 def _failure(module: str, e: Exception, part) -> Stop:
+    """A crash as a verdict: Triton's usual errors in words (triton_error), any other as raised."""
     p, line = _part_from_traceback(module, e)
+    line = line or compile_error_line(_file_of(module), e)
     p = p or _part_of_compile_error(module, e) or part
     where = f"{rel(module)}, line {line}" if line else None
+    known = triton_error(e, source_line(_file_of(module), e, line))
+    if known is not None:
+        message, cause, hint = known
+        return Stop(fail(module, p, message, where=where, cause=cause, hint=hint))
     return Stop(fail(module, p, f"your code raised {describe_exception(e)}", where=where))
+
+
+def _file_of(module: str) -> Path:
+    """The file of the module the checks run (impl.load's: a file of its own for a mutant in the tests)."""
+    try:
+        return Path(getattr(impl.load(module), "__file__", None) or impl.path_of(module)).resolve()
+    except Exception:  # it does not import: the configured file
+        return impl.path_of(module).resolve()
 
 
 def _part_regions(path: Path) -> list[tuple[int, int, int]]:
@@ -256,7 +273,7 @@ def _part_regions(path: Path) -> list[tuple[int, int, int]]:
 
 def _part_from_traceback(module: str, exc: BaseException):
     """The part whose banner holds the deepest line of ``module``'s file in the traceback."""
-    path = impl.path_of(module).resolve()
+    path = _file_of(module)
     line = None
     chain, e = [], exc
     while e is not None and e not in chain:  # the interpreter re-raises: look through the causes
@@ -286,23 +303,9 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-def _innermost_compile_error(exc: BaseException):
-    try:
-        from triton.compiler.errors import CompilationError
-    except ImportError:  # pragma: no cover
-        return None
-    found, e, seen = None, exc, set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, CompilationError):
-            found = e
-        e = e.__cause__ or e.__context__
-    return found
-
-
 def _part_of_compile_error(module: str, exc: BaseException):
     """The part of the kernel or helper that did not compile (on a GPU), when one can tell."""
-    ce = _innermost_compile_error(exc)
+    ce = innermost_compile_error(exc)
     if ce is None or not getattr(ce, "src", None):
         return None
     m = re.search(r"def\s+(\w+)\s*\(", ce.src)
@@ -311,7 +314,7 @@ def _part_of_compile_error(module: str, exc: BaseException):
 
 def describe_exception(exc: BaseException) -> str:
     """``TypeError: message``, one line, short; for Triton compile errors the error and its line."""
-    ce = _innermost_compile_error(exc)
+    ce = innermost_compile_error(exc)
     if ce is not None:
         msg = (getattr(ce, "error_message", None) or "").strip().splitlines()
         text = msg[-1] if msg else type(ce).__name__
