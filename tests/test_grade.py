@@ -10,6 +10,8 @@ does not sink the others.
 import csv
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -503,67 +505,81 @@ def test_a_process_left_running_in_a_session_of_its_own_is_killed(tmp_path):
     assert not _alive(pid), f"the child {pid} the submission started with setsid outlived its grading"
 
 
-# --- the Gradescope bundle ----------------------------------------------------------------------
-
-HIDDEN_TEST = '''
-import pytest
-import torch
-import gqa_flash
+# --- one module at a time, and modules not started (the reports themselves: tests/test_points.py) ---------
 
 
-@pytest.mark.points(5)
-@pytest.mark.timeout(30)
-@pytest.mark.parametrize("n", [3, 70])
-def test_naive_long_and_short(n):
-    q = torch.randn(1, 2, n, 16)
-    out = gqa_flash.naive_attention(q, q, q)
-    ref, _ = gqa_flash.reference_attention(q, q, q)
-    assert torch.allclose(out.double(), ref, atol=1e-4)
-'''
+def _stub(name: str) -> str:
+    return release.plan(SOLUTIONS, Path("gqa_flash"))[Path("gqa_flash") / name]
 
 
-def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_path):
-    hidden = folder(tmp_path, "hidden", {"test_hidden_naive.py": HIDDEN_TEST})
-    bundle = tmp_path / "autograder.zip"
-    assert grade.main(["--gradescope-bundle", str(bundle), "--extra-tests", str(hidden)]) == 0
-
-    root = tmp_path / "autograder"  # stands in for /autograder
-    with zipfile.ZipFile(bundle) as z:
-        names = z.namelist()
-        assert {"setup.sh", "run_autograder", "requirements.txt", "gqa_flash/grader/grade.py",
-                "tests/graded/test_forward.py", "hidden_tests/test_hidden_naive.py"} <= set(names)
-        assert not any(n.startswith("solutions") for n in names)
-        for name in release.plan(SOLUTIONS, Path("gqa_flash")):  # the stubs, never the solutions
-            assert z.read(name.as_posix()).decode() == release.plan(SOLUTIONS, Path("gqa_flash"))[name]
-        assert z.getinfo("run_autograder").external_attr >> 16 & 0o111
-        z.extractall(root / "source")
-    assert "download.pytorch.org/whl/cpu" in (root / "source" / "setup.sh").read_text()
-    folder(root, "submission", {"naive.py": solution("naive.py"), "tiled.py": solution("tiled.py")})
-
-    env = dict(os.environ, AUTOGRADER_ROOT=str(root), GQA_FLASH_PYTHON=sys.executable)
-    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads((root / "results" / "results.json").read_text())
-    assert results["score"] == 20 + 25 + 5, results["output"]
-    hidden_tests = [t for t in results["tests"] if t["visibility"] == "after_due_date"]
-    assert len(hidden_tests) == 2 and all(t["status"] == "passed" for t in hidden_tests)
-    assert all(t["max_score"] == 2.5 for t in hidden_tests)
-    assert sorted(p.name for p in root.iterdir()) == ["results", "source", "submission"]
+def test_a_module_is_not_started_while_its_code_is_the_stubs(tmp_path):
+    prints = grade.stub_fingerprints()  # from solutions/ here
+    assert set(prints) == set(layout.GRADED_FILES)
+    for name in layout.GRADED_FILES:
+        assert grade.not_started(name, _stub(name), prints) and grade.not_started(name, _stub(name).encode(), prints)
+        assert not grade.not_started(name, solution(name), prints), name
+    stub, part_1 = _stub("naive.py"), '    raise NotImplementedError("Part 1'
+    noted = stub.replace("    # ", "    # my notes: ", 1) + "\n\n# more notes\n"  # comments and blank lines
+    assert noted != stub and grade.not_started("naive.py", noted, prints)
+    assert not grade.not_started("naive.py", stub.replace(part_1, "    group = 2\n" + part_1, 1), prints)  # a line
+    assert not grade.not_started("naive.py", stub + "def broken(:\n", prints)
+    assert grade.not_started("naive.py", None, prints)  # not submitted: the stub is graded
+    assert not grade.not_started("naive.py", stub, {})  # no stub known: graded as started
+    # Without solutions/, the fingerprints written with the edition (or the bundle), else none.
+    assert grade.stub_fingerprints(tmp_path) == {}
+    (tmp_path / grade.STUB_PRINTS).parent.mkdir(parents=True)
+    (tmp_path / grade.STUB_PRINTS).write_bytes(grade.stub_manifest())
+    assert grade.stub_fingerprints(tmp_path) == prints
 
 
-def test_the_gradescope_fallback_is_json_when_the_grader_cannot_start(tmp_path):
-    # run_autograder with a Python that does not exist: the grader never runs, and the one file meant to tell
-    # the student to ask their instructor must still be JSON that Gradescope accepts.
-    bundle = tmp_path / "autograder.zip"
-    assert grade.main(["--gradescope-bundle", str(bundle)]) == 0
-    root = tmp_path / "autograder"
-    with zipfile.ZipFile(bundle) as z:
-        z.extractall(root / "source")
-    folder(root, "submission", {"naive.py": solution("naive.py")})
-    env = dict(os.environ, AUTOGRADER_ROOT=str(root), GQA_FLASH_PYTHON=str(tmp_path / "no-such-python"))
-    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
-                          text=True, timeout=60)
-    results = json.loads((root / "results" / "results.json").read_text())  # raises unless valid JSON
-    assert results["score"] == 0 and results["tests"] == [], results
-    assert "tell your instructor" in results["output"], (proc.stderr, results)
+def _edition_copy(root: Path, files: dict[str, str]) -> Path:
+    """The course as the student edition holds it (no solutions/, the stubs' fingerprints), with files."""
+    ignore = shutil.ignore_patterns("__pycache__", ".triton")
+    shutil.copytree(layout.PACKAGE_DIR, root / "gqa_flash", ignore=ignore)
+    shutil.copytree(layout.GRADED_TESTS_DIR, root / "tests" / "graded", ignore=ignore)
+    shutil.copy(COURSE / "tests" / "conftest.py", root / "tests" / "conftest.py")
+    shutil.copy(COURSE / "pyproject.toml", root / "pyproject.toml")
+    for path, text in release.plan(SOLUTIONS, root / "gqa_flash").items():
+        path.write_text(files.get(path.name, text))
+    (root / grade.STUB_PRINTS).write_bytes(grade.stub_manifest())
+    return root
+
+
+def _test_graded(copy: Path, module: str) -> tuple[int, str]:
+    """make test-graded MODULE=module, in copy: its exit code and its output."""
+    env = dict(os.environ, GQA_FLASH_IMPL="student", GQA_FLASH_MODULE=module, PYTHONPATH=str(copy), TMPDIR=str(copy))
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/graded", "-p", "no:cacheprovider"], cwd=copy,
+                          env=env, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.timeout(600)
+def test_make_test_graded_grades_the_chosen_modules_and_a_stub_in_one_line(tmp_path):
+    part_1 = '    raise NotImplementedError("Part 1'
+    copy = _edition_copy(tmp_path, {
+        "naive.py": solution("naive.py"),
+        "online_softmax.py": _stub("online_softmax.py").replace(part_1, "    m = x_block.amax(-1)\n" + part_1, 1),
+        "tiled.py": _stub("tiled.py").replace("    # ", "    # (read this twice) ", 1),  # a comment: not started
+    })
+    # The module chosen, and a module not started beside it: the run passes.
+    code, out = _test_graded(copy, "naive tiled")
+    table = out[out.index("points (as make grade counts them)"):]
+    assert code == 0 and re.search(r"naive\.py\s+20 / 20\s+passed", table), out[-3000:]
+    assert re.search(r"tiled\.py\s+0 / 25\s+not started", table) and "NotImplementedError" not in out, table
+    assert " ".join(table.splitlines()[-1].split()) == "total 20 / 45 of the modules run (100 in the course)", table
+    assert "8 passed" in out and "skipped" in out and "online_softmax" not in table
+    # A module partly started is graded, and its failures (a line each) fail the run; a bonus not started is a line.
+    code, out = _test_graded(copy, "online_softmax,backward.py")
+    table = out[out.index("points (as make grade counts them)"):]
+    assert code == 1 and "Traceback" not in out and "NotImplementedError: Part 2 of online_softmax.py" in table, out
+    assert re.search(r"backward\.py \(bonus\)\s+0 / 20\s+not started", table) and not re.search(r"/ 0\b", table)
+    code, out = _test_graded(copy, "naive nave")
+    assert code == 4 and "MODULE=nave: no such graded module; the modules are naive online_softmax tiled" in out, out
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_passes_module_to_test_graded_and_grade(tmp_path):
+    done = subprocess.run(["make", "-n", "-f", "course.mk", "test-graded", "grade", "MODULE=naive tiled",
+                           f"VENV={tmp_path / 'venv'}"], cwd=COURSE, capture_output=True, text=True, timeout=60)
+    assert 'GQA_FLASH_MODULE="naive tiled"' in done.stdout and "-m pytest tests/graded" in done.stdout, done
+    assert '-m gqa_flash.grader --only "naive tiled"' in done.stdout, done

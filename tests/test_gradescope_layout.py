@@ -1,33 +1,34 @@
-"""The Gradescope autograder, end to end in Gradescope's own layout: ``make test-gradescope``.
+"""The Gradescope autograder, end to end in Gradescope's own layout.
 
 Gradescope unpacks ``autograder.zip`` into ``/autograder/source``, runs its
 ``setup.sh`` once to build the image, then for each submission puts the
 student's files in ``/autograder/submission``, runs ``run_autograder`` and
 reads ``/autograder/results/results.json``. Here ``AUTOGRADER_ROOT`` moves that
-layout into a temporary folder; ``setup.sh`` builds a fresh virtual environment
-there, and three submissions are graded with it: the solutions (full marks),
-the stubs (0) and a file with a syntax error (a results.json that says why).
+layout into a temporary folder.
 
-``setup.sh`` downloads torch, so this takes minutes and runs only when asked:
-``GQA_FLASH_TEST_GRADESCOPE=1`` (make test-gradescope sets it). Where PyTorch's
-CPU index cannot be reached, choose torch's source as setup.sh reads it, e.g.
-``TORCH_INDEX_URL= TORCH_REQUIREMENT=torch==2.13.0 make test-gradescope``.
-(tests/test_grade.py runs the same run_autograder in this layout on every
-``make test``, with the current Python instead of setup.sh's.)
+On every ``make test``, ``run_autograder`` grades a submission there with the
+current Python. With ``make test-gradescope``, ``setup.sh`` also builds a fresh
+virtual environment, and three submissions are graded with it: the solutions
+(full marks), the stubs (0) and a file with a syntax error (a results.json that
+says why). ``setup.sh`` downloads torch, so that takes minutes and runs only
+when asked: ``GQA_FLASH_TEST_GRADESCOPE=1`` (make test-gradescope sets it).
+Where PyTorch's CPU index cannot be reached, choose torch's source as setup.sh
+reads it, e.g. ``TORCH_INDEX_URL= TORCH_REQUIREMENT=torch==2.13.0 make test-gradescope``.
 """
 
 import json
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
-from gqa_flash.grader import gradescope, release
+from gqa_flash.grader import grade, gradescope, release
 
-pytestmark = pytest.mark.skipif(os.environ.get("GQA_FLASH_TEST_GRADESCOPE") != "1",
-                                reason="minutes and a torch download: make test-gradescope runs it")
+SOLUTIONS = release.SOLUTIONS_DIR
 
 # The fields of results.json that Gradescope reads and the grader writes
 # (https://gradescope-autograders.readthedocs.io/en/latest/specs/#output-format).
@@ -53,6 +54,8 @@ def _grade(root, files: dict[str, str]) -> dict:
     return results
 
 
+@pytest.mark.skipif(os.environ.get("GQA_FLASH_TEST_GRADESCOPE") != "1",
+                    reason="minutes and a torch download: make test-gradescope runs it")
 @pytest.mark.timeout(1800)
 def test_setup_sh_and_run_autograder_in_gradescopes_layout(tmp_path):
     bundle = tmp_path / "autograder.zip"
@@ -79,6 +82,7 @@ def test_setup_sh_and_run_autograder_in_gradescopes_layout(tmp_path):
     stubs = {p.name: text for p, text in release.plan(release.SOLUTIONS_DIR).items()}
     results = _grade(root, stubs)
     assert results["score"] == 0 and all(t["status"] == "failed" for t in results["tests"]), results["output"]
+    assert all(t["name"].endswith(": not started") for t in results["tests"]), results["output"]  # one per module
 
     broken = dict(solutions)
     broken["naive.py"] = solutions["naive.py"].replace("def naive_attention(", "def naive_attention((", 1)
@@ -86,3 +90,85 @@ def test_setup_sh_and_run_autograder_in_gradescopes_layout(tmp_path):
     naive = [t for t in results["tests"] if t["name"].startswith("naive.py")]
     assert naive and all(t["status"] == "failed" and "SyntaxError" in t["output"] for t in naive), naive[:2]
     assert results["score"] == pytest.approx(sum(t["max_score"] for t in results["tests"] if t not in naive))
+
+
+def folder(root: Path, name: str, files: dict[str, str]) -> Path:
+    path = root / name
+    path.mkdir()
+    for rel, text in files.items():
+        (path / rel).write_text(text)
+    return path
+
+
+# --- run_autograder with the current Python, on every make test ------------------------------
+
+HIDDEN_TEST = '''
+import pytest
+import torch
+import gqa_flash
+
+
+@pytest.mark.points(5)
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("n", [3, 70])
+def test_naive_long_and_short(n):
+    q = torch.randn(1, 2, n, 16)
+    out = gqa_flash.naive_attention(q, q, q)
+    ref, _ = gqa_flash.reference_attention(q, q, q)
+    assert torch.allclose(out.double(), ref, atol=1e-4)
+'''
+
+
+def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_path):
+    hidden = folder(tmp_path, "hidden", {"test_hidden_naive.py": HIDDEN_TEST})
+    bundle = tmp_path / "autograder.zip"
+    assert grade.main(["--gradescope-bundle", str(bundle), "--extra-tests", str(hidden)]) == 0
+
+    root = tmp_path / "autograder"  # stands in for /autograder
+    with zipfile.ZipFile(bundle) as z:
+        names = z.namelist()
+        assert {"setup.sh", "run_autograder", "requirements.txt", "gqa_flash/grader/grade.py",
+                "tests/graded/test_forward.py", "hidden_tests/test_hidden_naive.py"} <= set(names)
+        assert not any(n.startswith("solutions") for n in names)
+        for name in release.plan(SOLUTIONS, Path("gqa_flash")):  # the stubs, never the solutions
+            assert z.read(name.as_posix()).decode() == release.plan(SOLUTIONS, Path("gqa_flash"))[name]
+        assert z.getinfo("run_autograder").external_attr >> 16 & 0o111
+        z.extractall(root / "source")
+    assert "download.pytorch.org/whl/cpu" in (root / "source" / "setup.sh").read_text()
+    folder(root, "submission", {n: (SOLUTIONS / n).read_text() for n in ("naive.py", "tiled.py")})
+
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), GQA_FLASH_PYTHON=sys.executable)
+    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 20 + 25 + 5, results["output"]
+    # The modules not submitted are graded as their stubs, and each is one line: the bonus ones too.
+    assert grade.STUB_PRINTS in names
+    lines = {t["name"]: (t["score"], t["max_score"]) for t in results["tests"] if "not started" in t["name"]}
+    assert lines == {"online_softmax.py: not started": (0, 15), "forward.py: not started": (0, 40),
+                     "backward.py (bonus): not started": (0, 20), "decode.py (bonus): not started": (0, 15)}, lines
+    others = [t for t in results["tests"] if t["name"] not in lines]
+    assert all(t["status"] == "passed" and t["name"].startswith(("naive.py: ", "tiled.py: ", "hidden ("))
+               for t in others), [t["name"] for t in others]
+    hidden_tests = [t for t in results["tests"] if t["visibility"] == "after_due_date"]
+    assert len(hidden_tests) == 2 and all(t["status"] == "passed" for t in hidden_tests)
+    assert all(t["max_score"] == 2.5 for t in hidden_tests)
+    assert sorted(p.name for p in root.iterdir()) == ["results", "source", "submission"]
+
+
+def test_the_gradescope_fallback_is_json_when_the_grader_cannot_start(tmp_path):
+    # run_autograder with a Python that does not exist: the grader never runs, and the one file meant to tell
+    # the student to ask their instructor must still be JSON that Gradescope accepts.
+    bundle = tmp_path / "autograder.zip"
+    assert grade.main(["--gradescope-bundle", str(bundle)]) == 0
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(bundle) as z:
+        z.extractall(root / "source")
+    folder(root, "submission", {"naive.py": (SOLUTIONS / "naive.py").read_text()})
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), GQA_FLASH_PYTHON=str(tmp_path / "no-such-python"))
+    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    results = json.loads((root / "results" / "results.json").read_text())  # raises unless valid JSON
+    assert results["score"] == 0 and results["tests"] == [], results
+    assert "tell your instructor" in results["output"], (proc.stderr, results)

@@ -1,8 +1,16 @@
-"""The grading contract: every graded test has points and a timeout; the required modules sum to 100."""
+"""The grading contract: every graded test has points and a timeout; the required modules sum to 100.
+
+And how points are reported when some modules are not done: a module still holding its stub is one
+line, "not started", in the table (make test-graded, make grade) and in Gradescope's results.json, and
+a run of some modules counts its points out of theirs, never out of 0.
+"""
 
 import ast
+import json
+import re
 
 from gqa_flash import layout
+from gqa_flash.grader import grade, gradescope, testrun
 
 GRADED = layout.GRADED_TESTS_DIR
 
@@ -33,6 +41,8 @@ def test_every_graded_test_has_points_and_a_timeout():
 def test_required_modules_are_worth_100_points():
     total = sum(m.get("points", 0) for f, _, m in graded_tests() if f in REQUIRED)
     assert total == 100, f"the required graded tests are worth {total} points, not 100"
+    # What a run of some modules counts its points beside ("20 / 20 of the modules run (100 in the course)").
+    assert grade.COURSE_POINTS == total and set(grade.REQUIRED_PARTS) == {f[5:-3] for f in REQUIRED}
 
 
 # Each bonus module's points, on top of the 100.
@@ -49,3 +59,63 @@ def test_each_bonus_is_worth_its_points():
 def test_every_graded_file_is_required_or_bonus():
     files = {f for f, _, _ in graded_tests()}
     assert files <= REQUIRED | BONUS, f"graded test files neither required nor bonus: {files - REQUIRED - BONUS}"
+
+
+# --- how points are reported: modules not started, some modules run --------------------------------------
+
+STUB = 'def f(x):\n    # Part 1: f(x) = 2x\n    raise NotImplementedError("Part 1 of x.py is not implemented yet")\n'
+PRINTS = {name: grade.code_fingerprint(STUB) for name in layout.GRADED_FILES}  # every file's stub, here
+
+
+def _results(part: str, n: int, points: float, passed: bool) -> list[testrun.TestResult]:
+    return [testrun.TestResult(id=f"tests/graded/test_{part}.py::test_{i}", part=part, name=f"test_{i}",
+                               max_score=points / n, passed=passed, message="" if passed else "AssertionError: wrong",
+                               bonus=part in layout.BONUS_MODULES) for i in range(n)]
+
+
+def test_only_code_starts_a_module():
+    assert grade.not_started("naive.py", STUB.replace("# Part 1", "# my notes. Part 1") + "\n\n# more\n", PRINTS)
+    assert not grade.not_started("naive.py", STUB.replace("    raise", "    y = 2 * x\n    raise"), PRINTS)
+    assert not grade.not_started("naive.py", STUB + "def g(:\n", PRINTS)  # a syntax error: started, and failing
+    assert grade.not_started("naive.py", None, PRINTS)  # not submitted: the stub is graded
+    assert not grade.not_started("naive.py", STUB, {})  # no stub known: graded as started
+
+
+def test_a_module_not_started_is_one_line_in_the_table_and_in_gradescopes_json():
+    # A student who did the required modules and skipped the bonus: 29 red tests become two lines.
+    done = {"naive": (8, 20), "online_softmax": (8, 15), "tiled": (8, 25), "forward": (10, 40)}
+    tests = [t for part, (n, points) in done.items() for t in _results(part, n, points, True)]
+    tests += _results("backward", 13, 20, False) + _results("decode", 16, 15, False)
+    files = {f"{part}.py": b"def f(x):\n    return 2 * x\n" for part in done}  # the bonus files: not submitted
+    assert grade.mark_not_started(tests, files, prints=PRINTS) == ["backward", "decode"]
+    report = grade.Report("alice.zip", tests=tests, seconds=30)
+    text = grade.table(report)
+    assert re.search(r"backward\.py \(bonus\)\s+0 / 20\s+not started", text), text
+    assert re.search(r"decode\.py \(bonus\)\s+0 / 15\s+not started", text), text
+    assert "AssertionError" not in text and text.splitlines()[-1].split() == ["total", "100", "/", "100"], text
+    results = json.loads(json.dumps(gradescope.results_json(report)))
+    bonus = [t for t in results["tests"] if "(bonus)" in t["name"]]
+    assert [(t["name"], t["score"], t["max_score"], t["status"]) for t in bonus] == [
+        ("backward.py (bonus): not started", 0, 20, "failed"), ("decode.py (bonus): not started", 0, 15, "failed")]
+    assert "13 tests" in bonus[0]["output"] and len(results["tests"]) == 34 + 2 and results["score"] == 100
+    assert all(set(t) == {"name", "score", "max_score", "status", "output", "visibility"} for t in results["tests"])
+    assert "backward.py (bonus): 0 / 20  not started" in results["output"]
+
+
+def test_a_module_started_or_passing_a_test_is_graded_test_by_test():
+    started = STUB.replace("    raise", "    y = 2 * x\n    raise")
+    tests = _results("online_softmax", 8, 15, False) + _results("naive", 8, 20, False)
+    tests[-1].passed = True  # no stub passes a test: a module that does is graded, whatever its file
+    assert grade.mark_not_started(tests, {"online_softmax.py": started.encode()}, prints=PRINTS) == []
+    assert not any(t.not_started for t in tests) and "AssertionError: wrong" in grade.table(grade.Report("x", tests))
+
+
+def test_no_total_reads_out_of_0_when_some_modules_run():
+    naive = grade.Report("x", tests=_results("naive", 8, 20, True))
+    assert naive.points() == "20 / 20 points of the modules run"
+    assert grade.table(naive).splitlines()[-1].split() == "total 20 / 20 of the modules run (100 in the course)".split()
+    backward = grade.Report("x", tests=_results("backward", 2, 10, True) + _results("backward", 2, 10, False))
+    for text in (grade.table(backward), backward.summary()):
+        assert not re.search(r"/ 0\b", text), text
+    assert "total 10 / 20 of the modules run (100 in the course)" in " ".join(grade.table(backward).split())
+    assert backward.summary().startswith("gqa-flash: 10 / 20 points of the modules run")

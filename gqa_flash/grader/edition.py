@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 
 from gqa_flash import layout
-from gqa_flash.grader import release
+from gqa_flash.grader import grade, release
 
 COURSE_DIR = layout.COURSE_DIR
 
@@ -55,7 +55,7 @@ SHIPPED = (
 LEFT_OUT = (
     "gqa_flash/grader/release.py",  # writes the stubs from solutions/
     "gqa_flash/grader/edition.py",  # this file: writes the edition from the instructor's repository
-    "bench/explore_",  # exploration scripts that load the solutions by name
+    "bench/explore_", "bench/tile_sweep.sh",  # exploration scripts that load the solutions by name, and their runner
     "bench/probe_", "bench/register_report.py",  # probes: one-off timings and compile reports behind bench/RESULTS.md
     "bench/record/",  # the instructor's record: measurements no notebook reads (gqa_flash.lab.results)
     "bench/out/",  # results of the bench scripts run here (git ignores them)
@@ -192,6 +192,7 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
         files[name] = content
     stubs = release.plan(course_dir / "solutions", Path("gqa_flash"))
     files.update({p.as_posix(): text.encode() for p, text in stubs.items()})
+    files[grade.STUB_PRINTS] = grade.stub_manifest(course_dir)  # how the graded run tells a module not started
     files["README.md"] = student_readme(course_dir).encode()
     files["Makefile"] = MAKEFILE.encode()
     files[".ci/run"] = CI_RUN.encode()

@@ -18,6 +18,13 @@ graded. For each one the grader
    Gradescope's ``results.json`` (``--out``; :mod:`gqa_flash.grader.gradescope`),
    a CSV row per submission for a batch (``--csv``).
 
+A module the student has not started (its file is still the stub, see
+:func:`not_started`) is still run, so that its points never depend on that
+judgement, but it is reported as one line, "not started", in the table and in
+Gradescope's results. A run of some modules only (``--only``, ``make grade
+MODULE=...``) counts its points out of those modules' own
+("20 / 20 of the modules run (100 in the course)").
+
 Examples::
 
     python -m gqa_flash.grader                                  # your own files
@@ -34,6 +41,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import io
 import json
 import os
 import re
@@ -42,12 +51,18 @@ import sys
 import tempfile
 import threading
 import time
+import tokenize
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gqa_flash import layout
 from gqa_flash.grader import gradescope, sandbox, submission, testrun
 from gqa_flash.grader.testrun import Limits, TestResult
+
+# The points of the required modules (tests/test_points.py holds the graded tests to it); bonus on top.
+COURSE_POINTS = 100
+REQUIRED_PARTS = tuple(m for m in layout.GRADED_MODULES if m not in layout.BONUS_MODULES)
 
 
 @dataclass
@@ -75,6 +90,29 @@ class Report:
         """The points of the required parts (and hidden tests): bonus points come on top."""
         return sum(t.max_score for t in self.tests if not t.bonus)
 
+    @property
+    def complete(self) -> bool:
+        """Every required module was graded: not a run of some modules only (--only, MODULE=...)."""
+        return set(REQUIRED_PARTS) <= {t.part for t in self.tests if not t.hidden}
+
+    @property
+    def worth(self) -> float:
+        """What the score is out of: the required points (bonus on top) when every required module ran,
+        else every point of the modules that ran (a bonus module alone is worth its own points, not 0)."""
+        return self.max_score if self.complete else sum(t.max_score for t in self.tests)
+
+    def out_of(self) -> str:
+        """The table's total, after the score: '100', '100  (with 20 bonus)', or, for some modules only,
+        '20 of the modules run (100 in the course)'."""
+        if not self.complete:
+            return f"{_num(self.worth)} of the modules run ({COURSE_POINTS} in the course)"
+        bonus = sum(t.score for t in self.tests if t.bonus)
+        return f"{_num(self.worth):<3}" + (f"  (with {_num(bonus)} bonus)" if bonus else "")
+
+    def points(self) -> str:
+        """The headline: '20 / 100 points', or '20 / 20 points of the modules run'."""
+        return f"{_num(self.score)} / {_num(self.worth)} points" + ("" if self.complete else " of the modules run")
+
     def parts(self) -> dict[tuple[str, bool], list[TestResult]]:
         """Tests by (part, hidden), in the order they ran: the graded modules first."""
         parts: dict[tuple[str, bool], list[TestResult]] = {}
@@ -88,7 +126,7 @@ class Report:
 
     def summary(self) -> str:
         """A few lines for the top of Gradescope's results: the total, each part, the notes."""
-        lines = [f"gqa-flash: {_num(self.score)} / {_num(self.max_score)} points"]
+        lines = [f"gqa-flash: {self.points()}"]
         if self.error is not None:
             lines = [f"gqa-flash: not graded ({self.error}); ask the course staff to look at this submission"]
         lines.extend(_integrity_lines(self.integrity))
@@ -115,6 +153,83 @@ def zero_parts_not_own(tests: list[TestResult]) -> list[str]:
     return flags
 
 
+# --- modules not started ------------------------------------------------------------------
+
+NOT_STARTED = "not started (still the stub you were given)"
+# Where a course without solutions/ (the student edition, a Gradescope bundle) keeps its stubs' fingerprints:
+# there the graded files are the student's, so they cannot tell what the stubs were.
+STUB_PRINTS = "tests/graded/stub_fingerprints.json"
+
+
+def code_fingerprint(text: str) -> str | None:
+    """A hash of a Python file's code: its text without comments, blank lines and trailing spaces.
+
+    Two files with the same fingerprint run the same code, so a file with its stub's fingerprint is not
+    started: notes in comments do not start it, one line of code does. The same on every Python version
+    (unlike ast.dump). None if the file does not tokenize (a syntax error is a start, and its own failure)."""
+    try:
+        comments = [tok.start for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+                    if tok.type == tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    lines = text.splitlines()
+    for row, col in comments:
+        lines[row - 1] = lines[row - 1][:col]
+    code = "\n".join(line.rstrip() for line in lines if line.strip())
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def stub_fingerprints(course_dir: Path = layout.COURSE_DIR) -> dict[str, str]:
+    """{graded file: its stub's fingerprint}: from solutions/ (the instructor's copy, through the release
+    tool), else from STUB_PRINTS (written with the student edition and the Gradescope bundle), else {}:
+    no module is then taken for not started."""
+    if (course_dir / "solutions").is_dir():
+        from gqa_flash.grader import release  # the instructor's copy only
+
+        stubs = release.plan(course_dir / "solutions", Path("gqa_flash"))
+        return {p.name: code_fingerprint(text) for p, text in stubs.items() if p.name in layout.GRADED_FILES}
+    try:
+        prints = json.loads((course_dir / STUB_PRINTS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in prints.items() if isinstance(v, str)} if isinstance(prints, dict) else {}
+
+
+def stub_manifest(course_dir: Path = layout.COURSE_DIR) -> bytes:
+    """STUB_PRINTS's content for an edition or a bundle written from course_dir."""
+    return (json.dumps(stub_fingerprints(course_dir), indent=1, sort_keys=True) + "\n").encode()
+
+
+def not_started(name: str, text: str | bytes | None, prints: dict[str, str]) -> bool:
+    """Is graded file ``name`` (e.g. naive.py) still its stub? ``text`` None: not submitted, so the stub
+    is graded. False whenever the stub is unknown: a module is graded as started unless it surely is not."""
+    if name not in prints:
+        return False
+    if text is None:
+        return True
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    return code_fingerprint(text) == prints[name]
+
+
+def mark_not_started(tests: list[TestResult], files: dict[str, bytes], graded_files=layout.GRADED_FILES,
+                     prints: dict[str, str] | None = None) -> list[str]:
+    """Mark the tests of each module whose submitted file (``files``) is still its stub; returns those modules.
+
+    Their tests ran as any others (a stub passes none: tests/test_stubs_fail.py), so marking changes no
+    points, only the report: one line per module, "not started", instead of a failure per test."""
+    prints = stub_fingerprints() if prints is None else prints
+    marked = []
+    for part in dict.fromkeys(t.part for t in tests if not t.hidden):
+        name = f"{part}.py"
+        tests_of = [t for t in tests if t.part == part and not t.hidden]
+        if name in graded_files and not any(t.passed for t in tests_of) and not_started(name, files.get(name), prints):
+            for t in tests_of:
+                t.not_started, t.message = True, NOT_STARTED
+            marked.append(part)
+    return marked
+
+
 def _integrity_lines(flags: list[str]) -> list[str]:
     """A part scored 0 for work not its own reads INTEGRITY; a name worth a look (no points lost) reads review."""
     return [f"integrity {flag}" if flag.startswith("review:") else f"INTEGRITY: {flag}" for flag in flags]
@@ -131,6 +246,8 @@ def _part_name(test: TestResult) -> str:
 
 
 def _verdict(tests: list[TestResult]) -> str:
+    if all(t.not_started for t in tests):
+        return NOT_STARTED
     failed = sum(not t.passed for t in tests)
     if not failed:
         return f"passed ({len(tests)} test{'s' * (len(tests) != 1)})"
@@ -158,6 +275,7 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
         run = testrun.run_tests(course, sub.files, scratch, test_files, limits)
         report.tests = run.tests
         report.notes.extend(run.notes)
+        mark_not_started(report.tests, sub.files, course.graded_files)
         report.integrity = zero_parts_not_own(report.tests) + list(sub.flags)
     except Exception as e:  # a bug of the grader's own must not stop a batch
         report.error = f"the grader failed on this submission: {type(e).__name__}: {e}"
@@ -176,8 +294,8 @@ def table(report: Report) -> str:
     if report.error is not None:
         return "\n".join([f"{report.submission}: NOT GRADED ({report.seconds:.0f} s): {report.error}", "",
                           "notes:", *[f"  - {n}" for n in report.notes]])
-    rows = [f"{report.submission}: {_num(report.score)} / {_num(report.max_score)} points "
-            f"({report.seconds:.0f} s)", *[f"  {line}" for line in _integrity_lines(report.integrity)], "",
+    rows = [f"{report.submission}: {report.points()} ({report.seconds:.0f} s)",
+            *[f"  {line}" for line in _integrity_lines(report.integrity)], "",
             f"  {'part':<24} {'points':>11}  verdict"]
     for tests in report.parts().values():
         got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
@@ -185,16 +303,14 @@ def table(report: Report) -> str:
         # Failed tests, those that failed the same way on one line (a stub fails every test alike).
         by_message: dict[str, list[TestResult]] = {}
         for t in tests:
-            if not t.passed:
+            if not t.passed and not t.not_started:
                 by_message.setdefault(t.message, []).append(t)
         for message, failed in by_message.items():
             names = failed[0].name if len(failed) == 1 else f"{failed[0].name} and {len(failed) - 1} more"
             if len(failed) == len(tests) > 1:
                 names = f"all {len(tests)} tests"
             rows.append(f"      {names}: {message}")
-    bonus = sum(t.score for t in report.tests if t.bonus)
-    rows.append(f"  {'total':<24} {_num(report.score):>5} / {_num(report.max_score):<3}"
-                + (f"  (with {_num(bonus)} bonus)" if bonus else ""))
+    rows.append(f"  {'total':<24} {_num(report.score):>5} / {report.out_of()}".rstrip())
     if report.notes:
         rows += ["", "notes:"] + [f"  - {n}" for n in report.notes]
     return "\n".join(rows)
@@ -331,7 +447,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", type=Path, help="one row per submission; submissions already in it are skipped")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                    help="submissions graded at once (default: half the cores)")
-    p.add_argument("--only", help="grade only these parts, e.g. naive,forward")
+    p.add_argument("--only", help="grade only these modules, e.g. naive,forward (make grade MODULE=...)")
     p.add_argument("--extra-tests", type=Path, help="a folder of hidden tests (shown after the due date)")
     p.add_argument("--timeout", type=float, default=Limits.submission_s,
                    help="seconds per submission (default %(default)s)")
@@ -381,15 +497,17 @@ def _main(argv: list[str] | None) -> int:
     if missing:
         print(f"grade: no such submission: {', '.join(missing)}", file=sys.stderr)
         return 2
-    only = set(args.only.split(",")) if args.only else None
+    only = set(args.only.replace(",", " ").split()) if args.only else None
     limits = Limits(submission_s=args.timeout, timeout_cap_s=args.test_timeout_cap, strikes=args.strikes)
     try:
         course = sandbox.snapshot(extra_tests=args.extra_tests)
     except (OSError, ValueError) as e:
         print(f"grade: {e}", file=sys.stderr)
         return 2
-    if only and not set(course.tests_of(only)):
-        print(f"grade: --only {args.only}: no such part (parts: {', '.join(_parts(course))})", file=sys.stderr)
+    unknown = sorted(only - {Path(f).stem.removeprefix("test_") for f in course.tests_of(only)}) if only else []
+    if unknown:
+        print(f"grade: --only {args.only}: no module {', '.join(unknown)} (the modules: {', '.join(_parts(course))})",
+              file=sys.stderr)
         return 2
 
     if len(args.submissions) <= 1:

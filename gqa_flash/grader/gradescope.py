@@ -18,13 +18,18 @@ an instructor's hidden tests if any, and two scripts:
 
 ``AUTOGRADER_ROOT`` moves ``/autograder`` (both scripts) and ``GQA_FLASH_PYTHON``
 overrides run_autograder's Python, so that the course's own tests can run the
-bundle in a temporary folder (tests/test_gradescope_layout.py: setup.sh and
-three submissions; tests/test_grade.py: run_autograder with the current Python).
+bundle in a temporary folder (tests/test_gradescope_layout.py: run_autograder
+with the current Python on every ``make test``; setup.sh and three submissions
+with ``make test-gradescope``).
 
 The fields of results.json written here, as Gradescope's specification names
 them: ``score``, ``execution_time``, ``output``, ``visibility``,
 ``stdout_visibility`` and ``tests``, each test with ``name``, ``score``,
-``max_score``, ``status``, ``output`` and ``visibility``.
+``max_score``, ``status``, ``output`` and ``visibility``. A module the student
+has not started (still its stub: ``grade.not_started``) is one entry, "not
+started", worth its module's points, not a red entry per test: a student who
+skips the bonus sees two lines, not some thirty failures. The bundle holds its
+stubs' fingerprints (``grade.STUB_PRINTS``) to tell.
 """
 
 from __future__ import annotations
@@ -42,17 +47,21 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 def results_json(report) -> dict:
     """Gradescope's results.json for one graded submission (a grade.Report)."""
     tests = []
-    for t in report.tests:
-        tests.append(
-            dict(
-                name=_name(t),
-                score=round(t.score, 4),
-                max_score=round(t.max_score, 4),
-                status="passed" if t.passed else "failed",
-                output=t.message,
-                visibility=HIDDEN if t.hidden else "visible",
+    for part in report.parts().values():
+        if all(t.not_started for t in part):
+            tests.append(_not_started(part))
+            continue
+        for t in part:
+            tests.append(
+                dict(
+                    name=_name(t),
+                    score=round(t.score, 4),
+                    max_score=round(t.max_score, 4),
+                    status="passed" if t.passed else "failed",
+                    output=t.message,
+                    visibility=HIDDEN if t.hidden else "visible",
+                )
             )
-        )
     return dict(
         score=round(report.score, 2),
         execution_time=int(round(report.seconds)),
@@ -63,10 +72,25 @@ def results_json(report) -> dict:
     )
 
 
-def _name(test) -> str:
+def _name(test, name: str | None = None) -> str:
     if test.hidden:
         return f"hidden ({test.part}): {test.name}"
-    return f"{test.part}.py{' (bonus)' if test.bonus else ''}: {test.name}"
+    return f"{test.part}.py{' (bonus)' if test.bonus else ''}: {name or test.name}"
+
+
+def _not_started(tests) -> dict:
+    """One entry for a module still holding its stub: its points, and what to do."""
+    first = tests[0]
+    return dict(
+        name=_name(first, "not started"),
+        score=0,
+        max_score=round(sum(t.max_score for t in tests), 4),
+        status="failed",
+        output=(f"{first.part}.py is not started: it is the stub you were given (or it was not submitted), so none "
+                f"of its {len(tests)} tests can pass." + (" It is a bonus: its points come on top of the 100."
+                                                          if first.bonus else "")),
+        visibility="visible",
+    )
 
 
 # --- the autograder bundle -------------------------------------------------------
@@ -134,6 +158,10 @@ def write_bundle(dest: Path, course_dir: Path = sandbox.COURSE_DIR, extra_tests:
     torch, others = _requirements(course_dir)
     extra = ' \\\n    --extra-tests "$ROOT/source/hidden_tests"' if extra_tests else ""
     files: dict[str, bytes] = dict(course.files)
+    from gqa_flash.grader import grade  # grade imports this module
+
+    if grade.stub_fingerprints(course_dir):  # how the grader in the bundle tells a module not started
+        files[grade.STUB_PRINTS] = grade.stub_manifest(course_dir)
     if extra_tests:
         files.update(sandbox.read_tree(Path(extra_tests), "hidden_tests"))
     files["requirements.txt"] = ("\n".join(others) + "\n").encode()

@@ -68,6 +68,7 @@ class TestResult:
     bonus: bool = False  # a bonus module's test: its points are on top of the maximum
     seconds: float = 0.0
     integrity: bool = False  # failed because the graded call was not the student's own work (integrity.py)
+    not_started: bool = False  # its module is still the stub the course hands out (grade.not_started)
 
     @property
     def score(self) -> float:
@@ -210,7 +211,9 @@ def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> lis
 
 
 def _environment(copy: Path, mark: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON", "GQA_FLASH_IMPL"))}
+    # GQA_FLASH_MODULE (make test-graded MODULE=...) is for a run on its own: the grader chooses with --only.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "PYTHON", "GQA_FLASH_IMPL", "GQA_FLASH_MODULE"))}
     env[RUN_MARK] = mark  # inherited by whatever the test process starts: _kill_marked finds it by this
     scratch = copy.parent / "tmp"  # the tests' temporary files stay in this grading's folder, removed with it
     scratch.mkdir(exist_ok=True)

@@ -8,6 +8,7 @@ fresh random inputs, never against a student's own naive code. A test's name
 says what it checks, and its failure says where the first wrong value is.
 """
 
+import os
 import time
 from pathlib import Path
 
@@ -18,16 +19,59 @@ import pytest
 # Run on their own (pytest tests/graded, or one file of it), the graded tests end with the same
 # per-module table as `make grade`, and each failure takes one line (-v: the full tracebacks). In a
 # larger run (make test) and under the grader (its plugin prints its own), they print nothing extra.
+#
+# Run on their own, they also
+# - grade only the modules GQA_FLASH_MODULE names (make test-graded MODULE="naive online_softmax"), and
+#   count the points out of those modules' own;
+# - skip, as one line "not started", the tests of a module still holding its stub (grade.not_started: its
+#   code, comments aside, is the stub's), so that the run fails only for real failures of started modules.
+#   One line of code in a part starts a module, and its tests run and fail as they should.
 
+MODULE_VARIABLE = "GQA_FLASH_MODULE"
 _ITEMS: dict = {}  # nodeid -> (module, points share, test name)
 _START: list = []  # when the run began
 _OUTCOMES: dict = {}  # nodeid -> (passed, one-line message)
 _INTEGRITY: set = set()  # nodeids whose graded call was not the student's own work (gqa_flash.integrity)
 _MESSAGES: dict = {}  # nodeid -> an integrity or address-check message, unwrapped
+_NOT_STARTED: set = set()  # modules still holding their stubs, their tests skipped
+_UNCOLLECTED: list = []  # a line for each graded test file that could not be collected
+
+
+def _chosen_modules() -> set[str]:
+    """The modules GQA_FLASH_MODULE names (spaces or commas between; naive.py is naive), none: all."""
+    from gqa_flash import layout
+
+    names = {n.removesuffix(".py") for n in os.environ.get(MODULE_VARIABLE, "").replace(",", " ").split()}
+    unknown = sorted(names - set(layout.GRADED_MODULES))
+    if unknown:
+        raise pytest.UsageError(f"MODULE={' '.join(unknown)}: no such graded module; the modules are "
+                                f"{' '.join(layout.GRADED_MODULES)} (e.g. make test-graded MODULE=naive)")
+    return names
 
 
 def _standalone(config) -> bool:
     return not config.pluginmanager.has_plugin("gqa_flash.grader.plugin")
+
+
+def pytest_ignore_collect(collection_path, config):
+    # The other modules' test files are not even imported: one module's run does not hang on another's.
+    name = collection_path.name
+    if _standalone(config) and name.startswith("test_") and name.endswith(".py"):
+        chosen = _chosen_modules()
+        if chosen and collection_path.stem.removeprefix("test_") not in chosen:
+            return True
+    return None
+
+
+def pytest_collectreport(report):
+    # Without tracebacks (pytest_configure), a test file that does not import would go unexplained.
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        lines = str(report.longrepr).strip().splitlines()
+        why = crash.message if crash is not None else next((ln for ln in reversed(lines) if ln.startswith("E ")),
+                                                            lines[-1] if lines else "")
+        _UNCOLLECTED.append(f"could not collect {report.nodeid}: {why.removeprefix('E').strip()} "
+                            f"(pytest --tb=short {report.nodeid} shows where)")
 
 
 def pytest_configure(config):
@@ -37,6 +81,8 @@ def pytest_configure(config):
         config.option.tbstyle = "no"
         config.option.reportchars = ""
     _START.append(time.monotonic())
+    if _standalone(config):
+        _chosen_modules()  # a misspelt module stops the run before anything is collected
     from gqa_flash import integrity
 
     integrity.warm_up()  # the guard's one-time import, before any test's time limit starts
@@ -46,14 +92,41 @@ def pytest_collection_modifyitems(session, config, items):
     graded = Path(__file__).parent
     if not _standalone(config) or not items or any(graded not in Path(i.path).parents for i in items):
         return
+    _NOT_STARTED.update(_stubs_among({_module(i) for i in items}))
+    skip = pytest.mark.skip(reason="not started: the module is still the stub you were given")
     cases: dict = {}
     for item in items:
         cases.setdefault((item.path, item.originalname), []).append(item)
     for item in items:
         marker = item.get_closest_marker("points")
         points = float(marker.args[0]) if marker and marker.args else 0.0
-        module = Path(item.path).stem.removeprefix("test_")
+        module = _module(item)
         _ITEMS[item.nodeid] = (module, points / len(cases[(item.path, item.originalname)]), item.name)
+        if module in _NOT_STARTED:
+            item.add_marker(skip)
+
+
+def _module(item) -> str:
+    return Path(item.path).stem.removeprefix("test_")
+
+
+def _stubs_among(modules) -> set[str]:
+    """The modules whose file, the one these tests load, is still its stub (none with GQA_FLASH_IMPL=solutions)."""
+    from gqa_flash import impl
+    from gqa_flash.grader.grade import not_started, stub_fingerprints
+
+    if impl.current() != "student":
+        return set()
+    prints = stub_fingerprints()
+    stubs = set()
+    for module in modules:
+        try:
+            text = impl.path_of(module).read_text()
+        except (OSError, ValueError):  # no file: its tests say so
+            continue
+        if not_started(f"{module}.py", text, prints):
+            stubs.add(module)
+    return stubs
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -85,7 +158,7 @@ def pytest_runtest_logreport(report):
 def pytest_unconfigure(config):
     # After pytest's own summary, so that the run ends with the table.
     terminalreporter = config.pluginmanager.get_plugin("terminalreporter")
-    if not _ITEMS or terminalreporter is None:
+    if not _ITEMS or terminalreporter is None or config.option.collectonly:
         return
     from gqa_flash import layout
     from gqa_flash.grader.grade import Report, table, zero_parts_not_own
@@ -95,10 +168,11 @@ def pytest_unconfigure(config):
     tests = [TestResult(id=nodeid, part=module, name=name, max_score=share,
                         passed=_OUTCOMES.get(nodeid, (False, ""))[0],
                         message=_OUTCOMES.get(nodeid, (False, "not run"))[1] or "not run",
-                        bonus=module in layout.BONUS_MODULES, integrity=nodeid in _INTEGRITY)
+                        bonus=module in layout.BONUS_MODULES, integrity=nodeid in _INTEGRITY,
+                        not_started=module in _NOT_STARTED)
              for nodeid, (module, share, name) in sorted(_ITEMS.items(), key=lambda kv: order.get(kv[1][0], 99))]
     terminalreporter.write_sep("=", "points (as make grade counts them)")
     seconds = time.monotonic() - _START[0] if _START else 0.0
-    report = Report(submission="your files in gqa_flash/", tests=tests, seconds=seconds)
+    report = Report(submission="your files in gqa_flash/", tests=tests, seconds=seconds, notes=list(_UNCOLLECTED))
     report.integrity = zero_parts_not_own(tests)  # as the grader does: a part not the student's own scores 0
     terminalreporter.write_line(table(report))
