@@ -142,6 +142,16 @@ assert final["course_graded"] < 0.9 < final["sdpa"] and final["course_fast"] > 0
 
 md = lambda s: nbf.v4.new_markdown_cell(s.strip())  # noqa: E731
 code = lambda s: nbf.v4.new_code_cell(s.strip())  # noqa: E731
+
+
+def hints(title, nudge, idea, maths):
+    """A part's heading and its three layered hints, each collapsed (a <details> block): the answer stays hidden."""
+    names = ("a nudge", "the idea", "pseudo-code, in maths")
+    blocks = [f"<details><summary>Hint {i}: {name}</summary>\n\n{text.strip()}\n\n</details>"
+              for i, (name, text) in enumerate(zip(names, (nudge, idea, maths)), start=1)]
+    return md(f"### {title}\n\n" + "\n\n".join(blocks))
+
+
 cells = [
 md(r"""
 # 06 · Bonus: the backward pass, and a model that trains with your kernels
@@ -153,10 +163,15 @@ with them, side by side with PyTorch's attention.
 
 | part | what | where |
 | --- | --- | --- |
-| 1 | $D = \mathrm{rowsum}(dO \circ O)$ | `backward.py`, `_backward_preprocess` |
-| 2 | $dK$ and $dV$ for one block of keys: recompute $P^\top$, then $dV \mathrel{+}= P^\top dO$, $dK \mathrel{+}= dS^\top Q$ | `backward.py`, `_backward_dkdv` |
-| 3 | the GQA sum: a KV head's gradient adds up its whole group of query heads | `backward.py`, `_backward_dkdv` |
-| 4 | $dQ$ for one block of queries | `backward.py`, `_backward_dq` |
+| 1 | $D$, one number per query row | `backward.py`, `_backward_preprocess` |
+| 2 | $dK$ and $dV$ for one block of keys: which query blocks to visit, what to load, and each block's share | `backward.py`, `_backward_dkdv` |
+| 3 | the GQA sum: which query heads a KV head's gradient adds up | `backward.py`, `_group_query_head` |
+| 4 | $dQ$ for one block of queries: which key blocks to visit, and each block's share | `backward.py`, `_backward_dq` |
+
+The kernels are yours from the program's place in the grid to the store: the bounds of each walk under
+the causal mask, every load and its mask, the units of the exponential and where the softmax scale goes.
+`gqa_flash/fast/backward.py`, the course's fast backward, ships complete and answers these parts: finish
+yours before you read it, as you would a published solution.
 
 This is a bonus (20 points beyond the 100). Its graded tests start from the reference's $O$ and LSE, so
 they score your backward alone; the training at the end needs a working `forward.py` too.
@@ -246,21 +261,93 @@ block of queries, like the forward.
 
 ## Exercise: `gqa_flash/backward.py`
 
-Fill in Parts 1 to 4. Each check below runs your kernels on exact forward results (from the float64 reference,
-so your forward kernel's bugs cannot show up here) and compares with float64 autograd.
+Fill in Parts 1 to 4. Each check below runs your kernels on exact forward results (from the float64 reference, so your
+forward kernel's bugs cannot show up here) and compares with float64 autograd. A failing check first says what is
+wrong and where (which gradient, which keys or rows, which heads); run the cell again, or call `checks.explain()`, for
+the likely cause and a fix. Try to find the cause yourself first: that is the lesson.
+
+Three questions to answer on paper before you write a line. Draw the $N \times N$ grid of (query, key) pairs under the
+causal mask, cut into blocks of `BLOCK_M` queries and `BLOCK_N` keys.
+
+* A program of `_backward_dkdv` owns key block $j$. **Which query blocks does it need?** Which is the first? Which is
+  the last?
+* A program of `_backward_dq` owns query block $t$. **Which key blocks does it need?**
+* The forward stored the LSE as a natural log, and the kernels recompute $P$ with `tl.exp2`. **In what units is each
+  number of the exponent, and where does $s$ (`sm_scale`) appear in each gradient?**
+
+The checks answer all three for your code; the hints below answer them in words, then in maths.
 """),
+hints("Part 1: $D$",
+      r"""Two masked loads and one reduction. The loads are `forward.py` Part 2's, written out in the kernel.""",
+      r"""Broadcast a column of row indices against a row of column indices, for the addresses and for the mask alike: rows
+below `SEQ_LEN`, columns below `HEAD_DIM`, masked lanes reading 0. Convert both tiles to fp32 before you multiply them
+elementwise, then sum along the head dim (axis 1): one number per row.""",
+      r"""For each row $i$ of the block with $i < N$: $D_i = \sum_{c < d} O_{ic}\, dO_{ic}$, each product and the sum in fp32.
+Rows past $N$ and columns past the head dim $d$ read 0."""),
 code(r"""
 # NBVAL_CHECK_OUTPUT
 checks.check_delta()
 """),
+hints("Part 2: $dK$ and $dV$ for a block of keys",
+      r"""Load this block's $K$ and $V$ once. Then two loops: over the query heads of the group (Part 3 names each) and, inside,
+over the query blocks that can see these keys. Each query block brings its $Q$ and $dO$ tiles and its rows of the LSE
+and of $D$; the derivation above says what it adds to $dK$ and $dV$, on the tile transposed.""",
+      r"""*The walk.* Under the causal mask the first query that sees key $k$ is query $k$ itself, so the first query block to
+visit is the one that holds this key block's first key: its index rounded down to a multiple of `BLOCK_M`. (Starting
+one block later skips the diagonal, where the first queries that see these keys are.) Without the mask, every query
+block. Either way the walk runs to `SEQ_LEN`.
+
+*The units.* The forward computed its exponentials as $2^{x}$ with the scores times `qk_scale` $= s \log_2 e$. Here
+the LSE comes in natural units: convert it once as you load it (times $\log_2 e$), so that both terms of the exponent
+are in log2 units.
+
+*The scale.* $dK = s\, dS^\top Q$: multiply `dk` by $s$ once, after both loops. Inside the loop over heads it would
+scale the earlier heads' shares again; $dV$ carries no scale at all.
+
+*The sums.* `dk` and `dv` add every block's share (`+=`) over every query block and every head of the group.""",
+      r"""Write $j_0$ for the key block's first key, $B_M$ and $B_N$ for the block sizes, $N$ for the length, $s$ for
+`sm_scale`, and $c = s \log_2 e$.
+
+* $a = \lfloor j_0 / B_M \rfloor\, B_M$ with the causal mask, $a = 0$ without it
+* for each query head $h$ of the group, for each query block starting at $m = a, a + B_M, \dots < N$:
+  * for each key $j$ of the block and query $i$ of the query block: $p^\top_{ji} = 2^{\,c\,(k_j \cdot q_i) - \log_2 e
+    \cdot \mathrm{LSE}_i}$ if $j < N$, $i < N$ and (causal) $j \le i$; else $p^\top_{ji} = 0$
+  * $dV_j \mathrel{+}= \sum_i p^\top_{ji}\, dO_i$
+  * $dS^\top_{ji} = p^\top_{ji}\,(v_j \cdot dO_i - D_i)$
+  * $dK_j \mathrel{+}= \sum_i dS^\top_{ji}\, q_i$
+* then $dK_j \leftarrow s\, dK_j$"""),
 code(r"""
 # NBVAL_CHECK_OUTPUT
 checks.check_dkdv()
 """),
+hints("Part 3: the GQA sum",
+      r"""One line: `forward.py` Part 1 maps a query head to its KV head; this part runs that map backwards.""",
+      r"""With $g = H_q / H_{kv}$, the query heads of KV head $j$ are consecutive: $g$ of them, starting at the first head of
+group $j$. Not every $H_{kv}$-th head: that deals the heads out in turn, which is not how GQA groups them.""",
+      r"""The $h$-th query head of KV head $j$'s group is $j\,g + h$, for $0 \le h < g$."""),
 code(r"""
 # NBVAL_CHECK_OUTPUT
 checks.check_gqa_sum()
 """),
+hints("Part 4: $dQ$ for a block of queries",
+      r"""Part 2 seen the other way round: queries down the rows, one KV head, one loop, over the key blocks these queries can
+see. Load the query block's $Q$, $dO$, LSE and $D$ once, before the loop.""",
+      r"""*The walk.* Under the causal mask the last key a row sees is its own, so the walk stops after the key block that holds
+this query block's last row: at $(t + 1)\,$`BLOCK_M`, or at `SEQ_LEN` if that comes first. (Stopping one block early
+drops part of the diagonal.) Without the mask, every key block. The keys of the last block may run past `SEQ_LEN`:
+they load as zeros, so their score is 0, not $-\infty$, and their probability must be set to 0.
+
+*The units and the scale* are Part 2's: the LSE times $\log_2 e$, the scores times `qk_scale`, and $dQ = s\, dS\, K$,
+so `dq` is multiplied by $s$ once, after the loop.""",
+      r"""With $t$ the query block, $i$ its rows and $c = s \log_2 e$:
+
+* $e = \min\big((t + 1)\,B_M,\ N\big)$ with the causal mask, $e = N$ without it
+* for each key block starting at $n = 0, B_N, \dots < e$, for each row $i$ and key $j$ of the block:
+  * $p_{ij} = 2^{\,c\,(q_i \cdot k_j) - \log_2 e \cdot \mathrm{LSE}_i}$ if $j < N$, $i < N$ and (causal) $j \le i$;
+    else $p_{ij} = 0$
+  * $dS_{ij} = p_{ij}\,(dO_i \cdot v_j - D_i)$
+  * $dQ_i \mathrel{+}= \sum_j dS_{ij}\, k_j$
+* then $dQ_i \leftarrow s\, dQ_i$"""),
 code(r"""
 # NBVAL_CHECK_OUTPUT
 checks.check_dq()
@@ -412,7 +499,7 @@ at <<kv_rate>> (four), and cuDNN's whole backward at <<sdpa_rate>>. The dQ pass 
 again: one accumulator, queries down the rows, LSE and $D$ one number per row. The dK/dV pass holds two
 accumulators, $dK$ and $dV$, a row per key, and works on the tile transposed: each thread keeps the LSE
 and $D$ of every column it touches. At head_dim 128 that is more than a thread's 255 registers, and the
-compiler spills to memory (`python bench/register_report.py` shows it without a GPU). Your kernel has
+compiler spills to memory (ptxas's report for an H100 or H200 shows it). Your kernel has
 the same shape and pays the same. The fast kernel profiled here also had three copies of its query loop
 (the diagonal, the rest, and the rest masked for a ragged last key block), each compiled into a software
 pipeline with its own buffers and registers; `bench/RESULTS.md` says how they became fewer since, and

@@ -1,5 +1,11 @@
 """The course's fastest backward pass: the graded backward plus what a GPU rewards.
 
+Finish ``gqa_flash/backward.py`` (notebook 06) before you read this file.
+It ships complete, and its kernels answer backward.py's parts almost line
+for line: which blocks each walk visits under the causal mask, the units of
+the LSE, where sm_scale goes. Read it afterwards, as you would a course's
+published solution, to see what a GPU rewards.
+
 Not graded, and not for students to write: the maths is that of the graded
 ``gqa_flash/backward.py`` (recompute P from the saved LSE, D = rowsum(dO * O),
 dS = P * (dP - D)), and one program still owns one key block of one KV head

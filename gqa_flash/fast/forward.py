@@ -1,5 +1,10 @@
 """The course's fastest forward kernel: the graded kernel plus what a GPU rewards.
 
+Finish ``gqa_flash/forward.py`` (notebook 04) before you read this file.
+It ships complete, and its kernel answers forward.py's parts: the two
+phases' bounds, the online-softmax update, the mask, the LSE. Read it
+afterwards, as you would a course's published solution.
+
 Not graded, and not for students to write: it is the graded kernel of
 ``gqa_flash/forward.py`` (same maths, same two phases, same exp2 and LSE) with
 the changes that the performance notebook measures one by one:
@@ -47,7 +52,7 @@ the changes that the performance notebook measures one by one:
    the first half is masked on the steps they share (the second's rows all
    come after those keys), and the first half is stored as soon as it stops.
    Measured on the H200, the two together
-   (``notebooks/data/h200_fast_forward_diagonal.csv``): +1 to +4% on the
+   (``bench/record/h200_fast_forward_diagonal.csv``): +1 to +4% on the
    256 x 64 tile at N = 1k-8k (the autotuner's pick from 4k), -0.8% at 16k;
    -1 to +2% on the 128-row tiles. The early store was meant to overlap the
    second half's last keys, but the compiled code waits for the TMA's store
@@ -67,7 +72,7 @@ the changes that the performance notebook measures one by one:
    each K/V tile it loads while owning only BLOCK_M / 2 positions, so the
    causal diagonal, masked and half wasted, is half as long, and both
    sub-tiles cross it together instead of the second finishing it alone.
-   Measured on the H200 (``notebooks/data/h200_fast_forward_head_pairs.csv``):
+   Measured on the H200 (``bench/record/h200_fast_forward_head_pairs.csv``):
    +3-9% over one head at the same tile at N = 1k, but only +0.01 to +0.02
    over the autotuner's pick at 1k-2k (within the noise of a ratio) and
    -0.06 to +0.01 for the best tile from 4k, so it is not among the
@@ -323,7 +328,7 @@ def fits(config, head_dim_pad, shared_bytes=SHARED_MEMORY) -> bool:
     """Whether ``config`` can run at ``head_dim_pad`` (2-byte inputs) on a GPU whose programs may hold
     ``shared_bytes`` of shared memory: past 64 a register cap spills, and its Q rows and ``num_stages``
     K and V tiles must fit in shared memory. That estimate matches the H200 at head_dim 256
-    (h200_gpu_tests_fast_configs_final.log): 128 x 64 with 2 stages (192 KiB) and 64 x 64 with 3
+    (bench/record/h200_gpu_tests_fast_configs_and_second_call.log): 128 x 64 with 2 stages (192 KiB) and 64 x 64 with 3
     (224 KiB) run there, 128 x 64 with 3 stages (256 KiB) does not compile."""
     if config.maxnreg is not None and head_dim_pad > CAPPED_UP_TO:
         return False

@@ -243,6 +243,12 @@ def _readable(name: str, content: bytes) -> str:
     return text
 
 
+# The fast kernels ship complete, as a course's published solutions do (issue 36): they implement the
+# graded forward and backward, and a few of their lines read like the solutions'. Their docstrings, the
+# graded files' and the README ask students to finish first. Only these pairs are let through.
+PUBLISHED_SOLUTIONS = {"gqa_flash/fast/backward.py": "backward.py", "gqa_flash/fast/forward.py": "forward.py"}
+
+
 def leaks(files: dict[str, bytes], solutions_dir: Path) -> list[str]:
     """Every solution line (whitespace ignored) that can be read in files, as 'where: which line'.
 
@@ -262,7 +268,8 @@ def leaks(files: dict[str, bytes], solutions_dir: Path) -> list[str]:
                 if len(squeezed) < MIN_CHARS or squeezed in given or squeezed in STATED_IN_BANNERS:
                     continue
                 found += [f"{where}: {solution.name} Part {part}: {line!r}"
-                          for where, text in readable.items() if squeezed in text]
+                          for where, text in readable.items()
+                          if squeezed in text and PUBLISHED_SOLUTIONS.get(where) != solution.name]
     return found
 
 

@@ -50,11 +50,10 @@ PARTS = {
 BONUS = ("backward", "decode")  # files beyond the 100 points (notebooks 06 and 07)
 
 # The part a Triton kernel or helper belongs to, for compile errors (which
-# carry the kernel's source, not a line of your file). _backward_dkdv holds
-# Parts 2 and 3, so it names neither.
+# carry the kernel's source, not a line of your file).
 KERNEL_PARTS = {
     "forward": {name: part for part, name in PARTS["forward"].items()},
-    "backward": {"_backward_preprocess": 1, "_backward_dq": 4},
+    "backward": {"_backward_preprocess": 1, "_backward_dkdv": 2, "_group_query_head": 3, "_backward_dq": 4},
     "decode": {name: part for part, name in PARTS["decode"].items()},
 }
 
