@@ -12,8 +12,10 @@ every code cell has its execution count, and reads the rendered page:
   ``application/vnd.jupyter.stderr`` output holding a traceback), and every
   code cell ran (after an error, Run All leaves the cells below unrun);
 - ``solutions``: the course with ``GQA_FLASH_IMPL=solutions``; every check cell
-  (first line ``# NBVAL_CHECK_OUTPUT``) shows a PASS verdict and no FAIL, and
-  every plot cell (one that calls ``plt.show()``) shows its figure as an image;
+  (first line ``# NBVAL_CHECK_OUTPUT``) shows a PASS verdict and no FAIL (but
+  the Triton primer's, :data:`PUZZLE_NOTEBOOKS`, show FAIL: their kernels are
+  written in the notebook, which holds the stubs), and every plot cell (one
+  that calls ``plt.show()``) shows its figure as an image;
 - ``stubs``: ``make lab`` in a temporary copy of the course whose graded files
   are the stubs written afresh from solutions/ (so a student's own work in
   gqa_flash/ does not matter), on the same virtualenv; every notebook runs to
@@ -53,6 +55,9 @@ import pytest
 
 COURSE = Path(__file__).resolve().parents[2]
 ALL_NOTEBOOKS = sorted((COURSE / "notebooks").glob("*.ipynb"))
+# Notebooks whose exercises are kernels written in the notebook itself, not in gqa_flash/ (the Triton primer's
+# puzzles): the file holds their stubs, so their checks show FAIL with the solutions too.
+PUZZLE_NOTEBOOKS = ("03b_triton_primer",)
 
 
 def _chosen_notebooks():
@@ -472,7 +477,7 @@ def test_notebook_runs_in_jupyterlab(lab, notebook, browser_summary):
                          for line in o["text"].splitlines()]
                 passed = [line for line in lines if line.startswith("PASS")]
                 failed = [line for line in lines if line.startswith("FAIL")]
-                if lab.variant == "solutions":
+                if lab.variant == "solutions" and notebook.stem not in PUZZLE_NOTEBOOKS:
                     if not passed or failed:
                         problems.append(f"check cell {i} does not show PASS alone with the solutions:\n"
                                         + "\n".join(lines))

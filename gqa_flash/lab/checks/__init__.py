@@ -22,10 +22,14 @@ float64 and seeing which one your output matches.
 One module per lesson:
 
     verdict.py        the Verdict, running your code safely, comparing tensors
+    triton_errors.py  Triton's usual errors in words (two dtypes in tl.dot, a broadcast on the wrong axis,
+                      Python's max/min/sum on blocks)
     cases.py          the inputs, and the GQA head mapping with its mistakes
     naive.py          notebook 01: naive.py
     softmax.py        notebook 02: online_softmax.py
     tiled.py          notebook 03: tiled.py
+    primer.py         notebook 03b (practice, not graded): the Triton primer's eight puzzles, each check given
+                      your kernel
     probes.py         notebooks 04 and 07: tiny kernels that call one helper of forward.py or decode.py
     kernel_walk.py    notebook 04: forward.py Parts 1-3 (ids, tile loads, the key loop)
     kernel_parts.py   notebook 04: forward.py Parts 4-6 (update, mask, epilogue), each alone
@@ -33,6 +37,7 @@ One module per lesson:
     backward.py       notebook 06 (bonus): backward.py
     decode_parts.py   notebook 07 (bonus): decode.py's four parts, each alone
     decode.py         notebook 07 (bonus): flash_decode whole, through the public API
+    decode_replays.py notebook 07 (bonus): decode.py's Parts 3 and 4 in float64, and their usual mistakes
     traffic.py        notebook 05 (practice, not graded): traffic.py, launch order and an L2 model
 
 ``python -m gqa_flash.lab.checks`` prints :func:`progress`.
@@ -50,6 +55,10 @@ from gqa_flash.lab.checks.kernel import (
 from gqa_flash.lab.checks.kernel_parts import check_epilogue, check_mask_scores, check_online_softmax_update
 from gqa_flash.lab.checks.kernel_walk import check_key_loop, check_load_tile, check_program_ids
 from gqa_flash.lab.checks.naive import check_naive
+from gqa_flash.lab.checks.primer import (
+    check_primer_cast, check_primer_dot, check_primer_masked, check_primer_maximum, check_primer_outer_sum,
+    check_primer_program_ids, check_primer_softmax, check_primer_where,
+)
 from gqa_flash.lab.checks.softmax import check_block_state, check_merge_states, check_online_softmax
 from gqa_flash.lab.checks.tiled import check_tiled
 from gqa_flash.lab.checks.traffic import check_launch_order, check_traffic_model
@@ -92,6 +101,14 @@ __all__ = [
     "check_merge_states",
     "check_online_softmax",
     "check_tiled",
+    "check_primer_program_ids",
+    "check_primer_outer_sum",
+    "check_primer_masked",
+    "check_primer_softmax",
+    "check_primer_dot",
+    "check_primer_where",
+    "check_primer_maximum",
+    "check_primer_cast",
     "check_program_ids",
     "check_load_tile",
     "check_key_loop",
