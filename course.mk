@@ -1,5 +1,5 @@
 # What a student runs, shared by the instructor's Makefile and the student edition's (which
-# `make student-edition` writes): setup, lab, test-graded, grade, clean.
+# `make student-edition` writes): setup, lab, test-graded, grade, submission, clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,7 +9,7 @@ WORKERS ?= 2
 # JupyterLab refuses to run as root unless told to (containers, CI).
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test-graded grade clean
+.PHONY: setup lab test-graded grade submission clean
 
 setup: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ test-graded: setup
 # Grade your files as the instructor's grader does (MODULE= as above; add ARGS="--out results.json")
 grade: setup
 	$(BIN)/python -m gqa_flash.grader $(if $(strip $(MODULE)),--only "$(strip $(MODULE))") $(ARGS)
+
+# The zip you hand in: your graded files from gqa_flash/, flat; a file still its stub is left out, and named.
+# Writes submission.zip here (OUT=path.zip to choose), then says what went in and how to hand it in.
+submission: setup
+	$(BIN)/python -m gqa_flash.grader.handin $(if $(strip $(OUT)),--out "$(strip $(OUT))")
 
 clean:
 	rm -rf $(VENV) .pytest_cache
