@@ -47,7 +47,8 @@ def naive_attention(q, k, v, causal=True, sm_scale=None):
     # The scaled scores S = Q K^T * sm_scale, [B, Hq, N, N], and, when
     # `causal`, the causal mask: query i may look at keys j <= i only, so set
     # S[..., i, j] = -inf for every j > i (the diagonal stays visible).
-    # Hint: torch.triu(..., diagonal=1) marks the future.
+    # Hint: the future is the part of an N x N boolean matrix strictly above
+    # its diagonal; torch has a function that keeps one triangle of a matrix.
     raise NotImplementedError("Part 2 of naive.py is not implemented yet")
     # --- END OF STUDENT IMPLEMENTATION ---
 

@@ -30,13 +30,14 @@ import torch
 def block_state(x_block):
     """The softmax state of one block: ``(m, l)`` over its last dimension.
 
-    ``m`` is the row maximum and ``l = sum(exp(x_block - m))``, both shaped like
+    ``m`` is the row maximum and ``l`` the sum of the row's exponentials taken
+    against it (the definition above, for one block), both shaped like
     ``x_block`` without its last dimension. A row that is entirely ``-inf``
     gets ``(-inf, 0)``.
     """
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 1) ---
-    # The state of a single block. Compute m (max over the last dim) and
-    # l = sum(exp(x_block - m)) over the last dim.
+    # The state of a single block: m, the maximum over the last dim, and l,
+    # the sum over the last dim of the exponentials taken against m.
     # Careful with a row that is all -inf: its m is -inf and its l must be 0,
     # not NaN. Subtract a finite stand-in (0) where m is -inf.
     raise NotImplementedError("Part 1 of online_softmax.py is not implemented yet")
@@ -47,8 +48,8 @@ def block_state(x_block):
 def merge_states(m_a, l_a, m_b, l_b):
     """Merge two softmax states of disjoint parts of the same rows.
 
-    Returns ``(m, l)`` with ``m = max(m_a, m_b)`` and both sums rescaled to it:
-    ``l = l_a * exp(m_a - m) + l_b * exp(m_b - m)``.
+    Returns ``(m, l)``: the larger maximum, and the two sums, each first
+    brought from its own maximum to that one, added.
     """
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 2) ---
     # The new maximum is the larger of the two. Each partial sum was taken

@@ -22,10 +22,10 @@ Each tile loop here is vectorised over batch and heads (every tensor carries
 of ``forward.py`` does the same walk with one program per (query tile, batch,
 head).
 
-Returns ``O`` (in q's dtype) and, with ``return_lse=True``, also
-``LSE = m + log(l)``, the natural-log log-sum-exp of each row's scaled
-scores, float32, ``[B, Hq, N]``: the backward pass needs it to rebuild the
-softmax without storing it.
+Returns ``O`` (in q's dtype) and, with ``return_lse=True``, also the LSE,
+the natural-log log-sum-exp of each row's scaled scores (notebook 03 derives
+it from the running state), float32, ``[B, Hq, N]``: the backward pass needs
+it to rebuild the softmax without storing it.
 
 What you write, in five parts (notebook 03 checks them):
 

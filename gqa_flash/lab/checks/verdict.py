@@ -93,7 +93,7 @@ class Verdict:
             if text:
                 out.append(f"    {label}: {text}")
         if held:
-            out.append(f"    {STEP_TWO}")
+            out.append(f"    {STEP_TWO if self.where else STEP_TWO_NOWHERE}")
         return out
 
     def __str__(self) -> str:
@@ -102,6 +102,7 @@ class Verdict:
 
 # What step one ends with. A failure with no cause (a part not started, a crash) shows its hint at once.
 STEP_TWO = "cause: look where it points first; re-run this cell for the likely cause and a fix (or checks.explain())"
+STEP_TWO_NOWHERE = "cause: think it over first; re-run this cell for the likely cause and a fix (or checks.explain())"
 
 _SEEN: dict[str, str] = {}  # what -> the cause last shown for it (step one)
 _LAST: list = []  # the last failing verdict printed
