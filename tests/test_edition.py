@@ -6,6 +6,11 @@ no line of any solution region can be read anywhere (sources, notebooks and
 their outputs, data, docs); the graded tests score 0 on its stubs, each
 failure on one line, and full marks once solutions/*.py are copied over the
 stubs; the fast kernels run on the CPU; and ``make lab`` answers.
+
+A re-release (``make student-edition DEST=... UPDATE=1``) into an edition in
+use keeps its ``.git`` and the instructor's own files, rewrites the course's
+files, removes the ones the course dropped, and says which; ``FORCE=1``
+replaces the folder whole.
 """
 
 import json
@@ -33,7 +38,7 @@ SOLUTIONS = release.SOLUTIONS_DIR
 @pytest.fixture(scope="module")
 def student_edition(tmp_path_factory):
     dest = tmp_path_factory.mktemp("edition") / "gqa-flash"
-    files = edition.write(dest)
+    files = edition.write(dest).files
     return dest, files
 
 
@@ -103,7 +108,7 @@ def test_the_edition_holds_what_a_student_needs_and_no_instructor_file(student_e
                     "## Tests\n"):
         assert heading not in readme, f"the student README has the instructor's section {heading.strip()!r}"
     makefile = (dest / "Makefile").read_text() + (dest / "course.mk").read_text()
-    for target in ("lab:", "test-graded:", "grade:", "test:"):
+    for target in ("lab:", "test-graded:", "grade:", "submission:", "test:"):
         assert re.search(rf"^{target}", makefile, re.M), f"the edition's make has no {target[:-1]} target"
 
 
@@ -131,14 +136,98 @@ def test_the_editions_bench_holds_no_probe_and_its_data_only_what_is_read(studen
     assert len(not_csv) <= MAX_NOT_CSV, not_csv
 
 
-def test_the_edition_command_refuses_a_folder_in_use(tmp_path, capsys):
+def test_the_edition_command_refuses_a_folder_in_use_and_names_the_make_spelling(student_edition, tmp_path, capsys):
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
     assert edition.main([str(busy)]) == 2
-    assert "not empty" in capsys.readouterr().err and (busy / "notes.txt").exists()
+    err = capsys.readouterr().err
+    assert "not empty" in err and (busy / "notes.txt").exists()
+    # The spelling that works through make, not `make ... --force` (an option of make itself).
+    assert f"make student-edition DEST={busy} UPDATE=1" in err and f"make student-edition DEST={busy} FORCE=1" in err
+    assert edition.main([str(busy), "--update"]) == 2  # an update rewrites an edition, not any folder
+    assert "holds no student edition" in capsys.readouterr().err and (busy / "notes.txt").exists()
     assert edition.main([str(COURSE / "edition")]) == 2
     assert "inside the course" in capsys.readouterr().err
+    assert edition.main([str(COURSE.parent), "--force"]) == 2  # never delete the folder that holds the course
+    assert "holds the course" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        edition.main([str(busy), "--update", "--force"])
+    # FORCE replaces all DEST holds, .git included.
+    (busy / ".git").mkdir()
+    _, files = student_edition
+    changes = edition.write(busy, force=True, files=files)
+    assert not (busy / "notes.txt").exists() and not (busy / ".git").exists()
+    assert sorted(changes.added) == sorted(files) and (busy / edition.MANIFEST).is_file()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_passes_update_and_force_on():
+    def command(*args):
+        out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "student-edition", *args], cwd=COURSE,
+                             capture_output=True, text=True, timeout=60).stdout
+        return " ".join(line for line in out.splitlines() if "gqa_flash.grader.edition" in line or "--" in line)
+
+    assert "--update" in command("DEST=../x", "UPDATE=1") and "--force" not in command("DEST=../x", "UPDATE=1")
+    assert "--force" in command("DEST=../x", "FORCE=1") and "--update" not in command("DEST=../x", "FORCE=1")
+    assert "--" not in command("DEST=../x").split("edition", 1)[1]
+
+
+def _published(student_edition, tmp_path) -> Path:
+    """A copy of the edition as an instructor publishes it: under git, with a file of the instructor's."""
+    dest, _ = student_edition
+    published = tmp_path / "published"
+    shutil.copytree(dest, published, ignore=shutil.ignore_patterns(".triton", "__pycache__"))
+    subprocess.run(["git", "init", "-q"], cwd=published, check=True)
+    (published / "TA_NOTES.md").write_text("office hours: Tuesdays\n")
+    return published
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="no git")
+def test_an_update_keeps_git_and_the_instructors_files_and_says_what_changed(student_edition, tmp_path, capsys):
+    _, files = student_edition
+    published = _published(student_edition, tmp_path)
+    # Since the last release: a course file changed, one was added, and one was dropped by the course.
+    (published / "README.md").write_text("an older README\n")
+    (published / "course.mk").unlink()
+    retired = published / "bench" / "retired" / "old_probe.py"
+    retired.parent.mkdir()
+    retired.write_text("print('an old probe')\n")
+    manifest = json.loads((published / edition.MANIFEST).read_text())
+    manifest["files"] += ["bench/retired/old_probe.py", "../outside.txt"]  # a path out of the edition is ignored
+    (published / edition.MANIFEST).write_text(json.dumps(manifest))
+    (tmp_path / "outside.txt").write_text("not the edition's")
+
+    assert edition.main([str(published), "--update"]) == 0
+    out = capsys.readouterr().out
+    assert "1 added, 2 changed, 1 removed" in out, out
+    for line in ("  added    course.mk", "  changed  README.md", f"  changed  {edition.MANIFEST}",
+                 "  removed  bench/retired/old_probe.py", "kept 1 file(s) of yours: TA_NOTES.md",
+                 "no solution line can be read"):
+        assert line in out, out
+    assert (published / ".git" / "HEAD").is_file(), "the update deleted the edition's .git"
+    assert (published / "TA_NOTES.md").read_text() == "office hours: Tuesdays\n"
+    assert (published / "README.md").read_bytes() == files["README.md"]
+    assert (published / "course.mk").read_bytes() == files["course.mk"]
+    assert not retired.parent.exists() and (tmp_path / "outside.txt").exists()
+    assert (published / edition.MANIFEST).read_bytes() == files[edition.MANIFEST]
+    assert os.access(published / ".ci" / "run", os.X_OK)
+
+    again = edition.write(published, update=True, files=files)  # released twice: nothing to commit
+    assert not (again.added or again.changed or again.removed) and again.kept == ["TA_NOTES.md"]
+    assert "nothing changed" in edition.summary(again, published)[0]
+
+
+def test_an_update_does_not_overwrite_an_instructors_file_the_course_now_has(student_edition, tmp_path):
+    _, files = student_edition
+    published = _published(student_edition, tmp_path)
+    manifest = json.loads((published / edition.MANIFEST).read_text())
+    manifest["files"].remove("course.mk")  # as if the course had just added it, where the instructor had one
+    (published / edition.MANIFEST).write_text(json.dumps(manifest))
+    (published / "course.mk").write_text("# the instructor's own\n")
+    with pytest.raises(FileExistsError, match="course.mk"):
+        edition.write(published, update=True, files=files)
+    assert (published / "course.mk").read_text() == "# the instructor's own\n"
 
 
 # --- it works ---------------------------------------------------------------------------------------------------

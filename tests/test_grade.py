@@ -420,7 +420,8 @@ def test_a_batch_writes_a_row_as_each_finishes_and_resumes(tmp_path, capsys):
     assert grade.main(args) == 0
     rows = {r["submission"]: r for r in csv.DictReader(book.open())}
     assert {Path(s).name: rows[s]["score"] for s in rows} == {"good": "20", "empty": "0", "hangs": "0"}
-    assert list(rows[str(subs[0])]) == ["submission", "score", "max_score", "naive", "integrity", "seconds", "notes"]
+    assert list(rows[str(subs[0])]) == ["submission", "results", "score", "max_score", "naive", "review", "integrity",
+                                        "seconds", "notes"]
     assert json.loads((out / "good.json").read_text())["score"] == 20
     assert sorted(p.name for p in out.iterdir()) == ["empty.json", "good.json", "hangs.json"]
     # Run again, one more submission: only that one is graded.

@@ -30,6 +30,13 @@ them; the student edition keeps that text, not the files).
 anywhere in an edition; ``tests/test_edition.py`` holds it to none, and proves
 the edition works: 0 points on its stubs, full marks with the solutions copied
 in, the fast kernels on a CPU, and ``make lab`` answering.
+
+Re-releasing (``make student-edition DEST=dir UPDATE=1``, ``--update``) keeps
+the edition's history, as nbgrader's release keeps its course repository: the
+edition records the files the course wrote in it (:data:`MANIFEST`), and an
+update rewrites those, removes the ones the course no longer has, and leaves
+``.git`` and every file the instructor added alone. It says what changed, for
+one commit. ``FORCE=1`` (``--force``) replaces the folder whole, ``.git`` included.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gqa_flash import layout
@@ -77,6 +85,7 @@ MAKEFILE = """\
 #   make lab           open the course in JupyterLab
 #   make test-graded   the graded tests on your files, ending with the points table
 #   make grade         grade your files as the instructor's grader does
+#   make submission    the zip you hand in (submission.zip)
 #   make test          the edition's own checks (its CI): the notebooks run, the fast kernels are right
 include course.mk
 
@@ -107,6 +116,7 @@ files in `gqa_flash/` are yours to write; everything else is given.
 make lab           # set up .venv, then open the course in JupyterLab (notebooks/)
 make test-graded   # the graded tests on your files; ends with your points
 make grade         # grade your files exactly as your instructor's grader does
+make submission    # the zip you hand in: submission.zip, your graded files
 ```
 
 Each command sets itself up on first use: it creates a virtual environment in
@@ -199,22 +209,144 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
     return files
 
 
-def write(dest: Path, course_dir: Path = COURSE_DIR, force: bool = False) -> dict[str, bytes]:
-    """Write the edition at dest (an empty or missing folder, or any folder with force)."""
-    dest = Path(dest)
-    if dest.resolve() == course_dir.resolve() or course_dir.resolve() in dest.resolve().parents:
-        raise ValueError(f"DEST {dest} is inside the course: write the edition somewhere else")
-    if dest.exists() and any(dest.iterdir()):
-        if not force:
-            raise FileExistsError(f"DEST {dest} is not empty (add --force to replace it)")
-        shutil.rmtree(dest)
+# --- writing and re-releasing ----------------------------------------------------------------------------------
+
+MANIFEST = ".gqa_flash_edition.json"  # in the edition: the files the course wrote there
+MANIFEST_ABOUT = ("The files the course wrote in this edition (gqa_flash/grader/edition.py). "
+                  "make student-edition DEST=<this folder> UPDATE=1 rewrites them and removes those the course "
+                  "no longer has; every other file, and .git, is the instructor's and stays.")
+
+
+def edition_files(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
+    """The edition's files, its manifest included: what a write puts in DEST."""
     files = plan(course_dir)
+    manifest = {"about": MANIFEST_ABOUT, "files": sorted(files)}
+    files[MANIFEST] = (json.dumps(manifest, indent=1) + "\n").encode()
+    return files
+
+
+@dataclass
+class Changes:
+    """What a write did to DEST: the course's files by change, and the files it left alone."""
+
+    files: dict[str, bytes]  # the course's files now in DEST
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # course files of the previous edition the course dropped
+    unchanged: int = 0
+    kept: list[str] = field(default_factory=list)  # the instructor's own files (.git aside), untouched
+    warnings: list[str] = field(default_factory=list)
+
+
+def _spell(dest: Path, make: str, flag: str) -> str:
+    return f"make student-edition DEST={dest} {make} (python -m gqa_flash.grader.edition {dest} {flag})"
+
+
+def previous_files(dest: Path) -> list[str] | None:
+    """The course files a previous edition wrote in dest, from its manifest (None: no manifest).
+
+    Only plain relative paths count: a manifest edited by hand cannot point outside
+    the edition, nor into its .git."""
+    try:
+        names = json.loads((dest / MANIFEST).read_text())["files"]
+        if not isinstance(names, list):
+            raise TypeError("its files are not a list")
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{dest / MANIFEST} is not an edition's manifest ({e}): "
+                         f"restore it from the edition's git history, or replace the edition with "
+                         f"{_spell(dest, 'FORCE=1', '--force')}") from None
+    return sorted(n for n in names if isinstance(n, str) and n and not Path(n).is_absolute()
+                  and ".." not in Path(n).parts and ".git" not in Path(n).parts)
+
+
+def check_dest(dest: Path, course_dir: Path = COURSE_DIR, force: bool = False, update: bool = False) -> None:
+    """Refuse a DEST that a write must not touch, naming the spelling that works."""
+    dest, where, course = Path(dest), Path(dest).resolve(), course_dir.resolve()
+    if where == course or course in where.parents:
+        raise ValueError(f"DEST {dest} is inside the course: write the edition somewhere else")
+    if where in course.parents:
+        raise ValueError(f"DEST {dest} holds the course: write the edition somewhere else")
+    if force and update:
+        raise ValueError("UPDATE=1 keeps what DEST holds and FORCE=1 replaces it: choose one")
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"DEST {dest} is a file, not a folder")
+    if not dest.exists() or not any(dest.iterdir()) or force:
+        return
+    if not update:
+        raise FileExistsError(
+            f"DEST {dest} is not empty. To re-release into an edition you publish, keeping its .git and your "
+            f"own files: {_spell(dest, 'UPDATE=1', '--update')}. To replace all it holds, .git included: "
+            f"{_spell(dest, 'FORCE=1', '--force')}.")
+    if previous_files(dest) is None and not (dest / "gqa_flash").is_dir():
+        raise FileExistsError(f"DEST {dest} holds no student edition (no {MANIFEST}, no gqa_flash/): "
+                              f"UPDATE=1 rewrites an edition. Write a new one in an empty folder.")
+
+
+def write(dest: Path, course_dir: Path = COURSE_DIR, force: bool = False, update: bool = False,
+          files: dict[str, bytes] | None = None) -> Changes:
+    """Write the edition at dest: an empty or missing folder; any folder with force (replaced whole);
+    an edition with update (the course's files rewritten, .git and the instructor's own files kept)."""
+    dest = Path(dest)
+    check_dest(dest, course_dir, force=force, update=update)
+    if force and dest.exists():
+        shutil.rmtree(dest)
+    files = files if files is not None else edition_files(course_dir)
+    changes = Changes(files=files)
+    previous = previous_files(dest) if dest.exists() else None
+    if update and previous is None and dest.exists() and any(dest.iterdir()):
+        changes.warnings.append(f"{dest} has no {MANIFEST} (written before re-releases were recorded): the "
+                                "course's files are rewritten, but files the course has dropped since stay; "
+                                "remove them by hand")
+    if previous is not None:  # a course file now where the instructor keeps one of theirs: ask, do not overwrite
+        theirs = [n for n in files if n not in previous and n != MANIFEST and (dest / n).is_file()
+                  and (dest / n).read_bytes() != files[n]]
+        if theirs:
+            raise FileExistsError(f"the course now has {', '.join(theirs)}, which {dest} holds as your own "
+                                  "file: move yours elsewhere, then run this again")
     for name, content in files.items():
         path = dest / name
+        old = path.read_bytes() if path.is_file() else None
+        if old == content:
+            changes.unchanged += 1
+            continue
+        (changes.added if old is None else changes.changed).append(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
     (dest / ".ci" / "run").chmod(0o755)
-    return files
+    for name in previous or []:
+        path = dest / name
+        if name not in files and (path.is_file() or path.is_symlink()):
+            path.unlink()
+            changes.removed.append(name)
+            _prune(path.parent, dest)
+    changes.kept = [n for n in course_files(dest) if n not in files]
+    return changes
+
+
+def _prune(folder: Path, dest: Path) -> None:
+    """Remove the folders a removed file leaves empty, up to dest."""
+    while folder != dest and dest in folder.parents and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+def summary(changes: Changes, dest: Path) -> list[str]:
+    """What a write did, a line each: the instructor reads it before committing the release."""
+    touched = len(changes.added) + len(changes.changed) + len(changes.removed)
+    if not touched:
+        lines = [f"student-edition: {dest} is up to date with the course ({len(changes.files)} files); "
+                 "nothing changed"]
+    else:
+        lines = [f"student-edition: {dest}: {len(changes.added)} added, {len(changes.changed)} changed, "
+                 f"{len(changes.removed)} removed ({changes.unchanged} unchanged)"]
+        lines += [f"  {what:<8} {name}" for what, names in (("added", changes.added), ("changed", changes.changed),
+                                                           ("removed", changes.removed)) for name in sorted(names)]
+    if changes.kept:
+        shown = ", ".join(changes.kept[:8]) + (f" and {len(changes.kept) - 8} more" if len(changes.kept) > 8 else "")
+        lines.append(f"kept {len(changes.kept)} file(s) of yours: {shown}")
+    return lines + [f"warning: {w}" for w in changes.warnings]
 
 
 # --- the leak check ------------------------------------------------------------------------------------------
@@ -274,25 +406,40 @@ def leaks(files: dict[str, bytes], solutions_dir: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gqa_flash.grader.edition",
-                                     description="Write the student edition of the course.")
-    parser.add_argument("dest", type=Path, help="the folder to write it to (empty or missing)")
-    parser.add_argument("--force", action="store_true", help="replace what DEST holds")
+    parser = argparse.ArgumentParser(
+        prog="python -m gqa_flash.grader.edition", description="Write the student edition of the course.",
+        epilog="Through make: make student-edition DEST=dir [UPDATE=1 | FORCE=1].")
+    parser.add_argument("dest", type=Path, help="the folder to write it to (empty or missing, or an edition to update)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--update", action="store_true",
+                      help="re-release into an edition: rewrite the course's files, remove those it dropped, keep "
+                           ".git and your own files, and say what changed (make: UPDATE=1)")
+    mode.add_argument("--force", action="store_true", help="replace all DEST holds, .git included (make: FORCE=1)")
     args = parser.parse_args(argv)
     try:
-        files = write(args.dest, force=args.force)
+        check_dest(args.dest, force=args.force, update=args.update)  # before the minutes of work below
+        files = edition_files()
+        found = leaks(files, release.SOLUTIONS_DIR)
+        for line in found:
+            print(f"leak: {line}", file=sys.stderr)
+        if found:  # nothing written: an edition in use keeps its last release
+            print(f"student-edition: {len(found)} solution line(s) would be readable in the edition; "
+                  f"nothing was written to {args.dest}", file=sys.stderr)
+            return 1
+        changes = write(args.dest, force=args.force, update=args.update, files=files)
     except (ValueError, FileExistsError, release.MarkerError, FileNotFoundError) as e:
         print(f"student-edition: {e}", file=sys.stderr)
         return 2
-    found = leaks(files, release.SOLUTIONS_DIR)
-    for line in found:
-        print(f"leak: {line}", file=sys.stderr)
-    if found:
-        print(f"student-edition: {len(found)} solution line(s) readable in {args.dest}; do not publish it",
-              file=sys.stderr)
-        return 1
+    if args.update:
+        print("\n".join(summary(changes, args.dest)))
+        print("no solution line can be read in the course's files")
+        if changes.added or changes.changed or changes.removed:
+            print(f"next: cd {args.dest} && git status && git add -A && git commit -m 'Release: ...'   "
+                  "(one commit; students git pull it)")
+        return 0
     print(f"student-edition: wrote {len(files)} files to {args.dest}; no solution line can be read in them")
     print(f"next: cd {args.dest} && git init && make test   (its CI), then publish it")
+    print(f"later releases: make student-edition DEST={args.dest} UPDATE=1   (keeps its .git and your own files)")
     return 0
 
 

@@ -14,9 +14,14 @@ graded. For each one the grader
    and per submission, restarting after a crash (:mod:`gqa_flash.grader.testrun`,
    :mod:`gqa_flash.grader.plugin`);
 4. scores each test with its points (a parametrized test's points shared
-   among its cases), removes the copy, and reports: a table on the terminal,
-   Gradescope's ``results.json`` (``--out``; :mod:`gqa_flash.grader.gradescope`),
-   a CSV row per submission for a batch (``--csv``).
+   among its cases in whole hundredths, so that every total is exact), removes
+   the copy, and reports (:mod:`gqa_flash.grader.report`): a table on the
+   terminal, Gradescope's ``results.json`` (``--out``;
+   :mod:`gqa_flash.grader.gradescope`), a CSV row per submission for a batch
+   (``--csv``).
+
+A submission that holds nothing to grade (``Submission.stop``: an empty zip, a
+notebook only) runs no test: each part scores 0, with its one note.
 
 A module the student has not started (its file is still the stub, see
 :func:`not_started`) is still run, so that its points never depend on that
@@ -30,23 +35,29 @@ Examples::
     python -m gqa_flash.grader                                  # your own files
     python -m gqa_flash.grader alice.zip --out results.json
     python -m gqa_flash.grader submissions/*.zip --csv grades.csv --out results/ --jobs 4
+    python -m gqa_flash.grader --csv grades.csv --out results/ --regrade "José García" alice
     python -m gqa_flash.grader --gradescope-bundle autograder.zip [--extra-tests hidden/]
 
-A batch writes each submission's row (and its results.json) as soon as it is
-graded; run the same command again after an interruption and the
-submissions already in the CSV are skipped.
+A batch writes each submission's row (and its results file, named after the
+submission: ``José García.zip`` -> ``José García.json``) as soon as it is
+graded, keeps the CSV sorted by submission, prints a line per submission on
+stderr, and ends with a summary on stdout: how many were graded, their mean,
+how many rows need a second look (the CSV's ``review`` column), where the CSV
+and the results went. Run the same command again after an interruption and
+the submissions already in the CSV are skipped; ``--regrade NAME...`` grades
+those again and replaces their rows.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import ast
 import hashlib
 import io
 import json
 import os
-import re
 import signal
+import unicodedata
 import sys
 import tempfile
 import threading
@@ -58,7 +69,12 @@ from pathlib import Path
 
 from gqa_flash import layout
 from gqa_flash.grader import gradescope, sandbox, submission, testrun
+from gqa_flash.grader.report import (NOT_GRADED, NOT_STARTED, GradeBook, Progress, batch_summary, integrity_lines,
+                                     num, part_name, progress_line, results_names, review, stem, table, total,
+                                     verdict, write_json)
 from gqa_flash.grader.testrun import Limits, TestResult
+
+__all__ = ["GradeBook", "Report", "grade", "grade_batch", "main", "table"]
 
 # The points of the required modules (tests/test_points.py holds the graded tests to it); bonus on top.
 COURSE_POINTS = 100
@@ -80,15 +96,18 @@ class Report:
     # Work that was not the student's own: a part that reached the course's kernels, reference or checks
     # (scored 0, see zero_parts_not_own), and code worth a look (submission.py's "review" flags).
     integrity: list[str] = field(default_factory=list)
+    # Set when the submission held nothing to grade (empty, a notebook only): no test ran, every part
+    # scores 0, and this is the submission's one note (submission.Submission.stop).
+    stop: str | None = None
 
     @property
     def score(self) -> float:
-        return sum(t.score for t in self.tests)
+        return total(t.score for t in self.tests)
 
     @property
     def max_score(self) -> float:
         """The points of the required parts (and hidden tests): bonus points come on top."""
-        return sum(t.max_score for t in self.tests if not t.bonus)
+        return total(t.max_score for t in self.tests if not t.bonus)
 
     @property
     def complete(self) -> bool:
@@ -99,19 +118,19 @@ class Report:
     def worth(self) -> float:
         """What the score is out of: the required points (bonus on top) when every required module ran,
         else every point of the modules that ran (a bonus module alone is worth its own points, not 0)."""
-        return self.max_score if self.complete else sum(t.max_score for t in self.tests)
+        return self.max_score if self.complete else total(t.max_score for t in self.tests)
 
     def out_of(self) -> str:
         """The table's total, after the score: '100', '100  (with 20 bonus)', or, for some modules only,
         '20 of the modules run (100 in the course)'."""
         if not self.complete:
-            return f"{_num(self.worth)} of the modules run ({COURSE_POINTS} in the course)"
-        bonus = sum(t.score for t in self.tests if t.bonus)
-        return f"{_num(self.worth):<3}" + (f"  (with {_num(bonus)} bonus)" if bonus else "")
+            return f"{num(self.worth)} of the modules run ({COURSE_POINTS} in the course)"
+        bonus = total(t.score for t in self.tests if t.bonus)
+        return f"{num(self.worth):<3}" + (f"  (with {num(bonus)} bonus)" if bonus else "")
 
     def points(self) -> str:
         """The headline: '20 / 100 points', or '20 / 20 points of the modules run'."""
-        return f"{_num(self.score)} / {_num(self.worth)} points" + ("" if self.complete else " of the modules run")
+        return f"{num(self.score)} / {num(self.worth)} points" + ("" if self.complete else " of the modules run")
 
     def parts(self) -> dict[tuple[str, bool], list[TestResult]]:
         """Tests by (part, hidden), in the order they ran: the graded modules first."""
@@ -122,17 +141,17 @@ class Report:
 
     def part_score(self, part: str, hidden: bool = False) -> tuple[float, float]:
         tests = self.parts().get((part, hidden), [])
-        return sum(t.score for t in tests), sum(t.max_score for t in tests)
+        return total(t.score for t in tests), total(t.max_score for t in tests)
 
     def summary(self) -> str:
         """A few lines for the top of Gradescope's results: the total, each part, the notes."""
         lines = [f"gqa-flash: {self.points()}"]
         if self.error is not None:
             lines = [f"gqa-flash: not graded ({self.error}); ask the course staff to look at this submission"]
-        lines.extend(_integrity_lines(self.integrity))
+        lines.extend(integrity_lines(self.integrity))
         for tests in self.parts().values():
-            got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
-            lines.append(f"  {_part_name(tests[0])}: {_num(got)} / {_num(worth)}  {_verdict(tests)}")
+            got, worth = total(t.score for t in tests), total(t.max_score for t in tests)
+            lines.append(f"  {part_name(tests[0])}: {num(got)} / {num(worth)}  {verdict(tests)}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -155,7 +174,6 @@ def zero_parts_not_own(tests: list[TestResult]) -> list[str]:
 
 # --- modules not started ------------------------------------------------------------------
 
-NOT_STARTED = "not started (still the stub you were given)"
 # Where a course without solutions/ (the student edition, a Gradescope bundle) keeps its stubs' fingerprints:
 # there the graded files are the student's, so they cannot tell what the stubs were.
 STUB_PRINTS = "tests/graded/stub_fingerprints.json"
@@ -230,32 +248,6 @@ def mark_not_started(tests: list[TestResult], files: dict[str, bytes], graded_fi
     return marked
 
 
-def _integrity_lines(flags: list[str]) -> list[str]:
-    """A part scored 0 for work not its own reads INTEGRITY; a name worth a look (no points lost) reads review."""
-    return [f"integrity {flag}" if flag.startswith("review:") else f"INTEGRITY: {flag}" for flag in flags]
-
-
-def _num(x: float) -> str:
-    return f"{x:.2f}".rstrip("0").rstrip(".")
-
-
-def _part_name(test: TestResult) -> str:
-    if test.hidden:
-        return f"hidden tests ({test.part})"
-    return f"{test.part}.py (bonus)" if test.bonus else f"{test.part}.py"
-
-
-def _verdict(tests: list[TestResult]) -> str:
-    if all(t.not_started for t in tests):
-        return NOT_STARTED
-    failed = sum(not t.passed for t in tests)
-    if not failed:
-        return f"passed ({len(tests)} test{'s' * (len(tests) != 1)})"
-    if failed == len(tests):
-        return f"failed (all {len(tests)})"
-    return f"{failed} of {len(tests)} failed"
-
-
 def grade(source: Path | None = None, *, course: sandbox.Course | None = None, only=None,
           limits: Limits | None = None, workdir: Path | None = None) -> Report:
     """Grade one submission (a folder, zip or .py file; None: the working copy). Never raises for a bad one.
@@ -270,6 +262,12 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
     expected = [f"{p}.py" for p in _parts(course, only)]
     sub = submission.read(source, expected=[f for f in course.graded_files if f in expected])
     report = Report(submission=sub.name, notes=list(sub.notes), files=sorted(sub.files))
+    stop = getattr(sub, "stop", None)
+    if stop:  # nothing to grade: running the whole suite on stubs would take a minute to say so
+        report.stop, report.notes = stop, [stop]
+        report.tests = not_graded(course, test_files, stop)
+        report.seconds = time.monotonic() - start
+        return report
     scratch = Path(tempfile.mkdtemp(prefix="gqa-flash-grade-", dir=workdir))
     try:
         run = testrun.run_tests(course, sub.files, scratch, test_files, limits)
@@ -289,122 +287,31 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
     return report
 
 
-def table(report: Report) -> str:
-    """The readable verdict: one row per part, the failed tests under it with what went wrong."""
-    if report.error is not None:
-        return "\n".join([f"{report.submission}: NOT GRADED ({report.seconds:.0f} s): {report.error}", "",
-                          "notes:", *[f"  - {n}" for n in report.notes]])
-    rows = [f"{report.submission}: {report.points()} ({report.seconds:.0f} s)",
-            *[f"  {line}" for line in _integrity_lines(report.integrity)], "",
-            f"  {'part':<24} {'points':>11}  verdict"]
-    for tests in report.parts().values():
-        got, worth = sum(t.score for t in tests), sum(t.max_score for t in tests)
-        rows.append(f"  {_part_name(tests[0]):<24} {_num(got):>5} / {_num(worth):<3}  {_verdict(tests)}")
-        # Failed tests, those that failed the same way on one line (a stub fails every test alike).
-        by_message: dict[str, list[TestResult]] = {}
-        for t in tests:
-            if not t.passed and not t.not_started:
-                by_message.setdefault(t.message, []).append(t)
-        for message, failed in by_message.items():
-            names = failed[0].name if len(failed) == 1 else f"{failed[0].name} and {len(failed) - 1} more"
-            if len(failed) == len(tests) > 1:
-                names = f"all {len(tests)} tests"
-            rows.append(f"      {names}: {message}")
-    rows.append(f"  {'total':<24} {_num(report.score):>5} / {report.out_of()}".rstrip())
-    if report.notes:
-        rows += ["", "notes:"] + [f"  - {n}" for n in report.notes]
-    return "\n".join(rows)
+def not_graded(course: sandbox.Course, test_files: list[str], note: str) -> list[TestResult]:
+    """One failed test per part, worth the part's points, for a submission that held nothing to grade.
+
+    The points are read from the test files' marks (never run), so the table, the CSV and Gradescope show
+    each part at 0 out of its points, as for any other submission."""
+    tests = []
+    for path in test_files:
+        part = Path(path).stem.removeprefix("test_")
+        hidden = path.startswith(sandbox.HIDDEN_DIR + "/")
+        tests.append(TestResult(id=f"{path}::{NOT_GRADED}", part=part, name=NOT_GRADED, message=note,
+                                max_score=_points_in(course.files.get(path, b"")), hidden=hidden,
+                                bonus=part in sandbox.BONUS_PARTS and not hidden))
+    return tests
 
 
-# --- many submissions ---------------------------------------------------------------
-
-
-class GradeBook:
-    """The CSV of a batch: one row per submission, flushed as each is graded; it knows who is done."""
-
-    ERROR = "ERROR"  # the score of a submission that could not be graded
-
-    def __init__(self, path: Path, parts: list[str], hidden: bool):
-        self.path = Path(path)
-        self.parts = parts
-        self.columns = ["submission", "score", "max_score", *parts, *(["hidden"] if hidden else []),
-                        "integrity", "seconds", "notes"]
-        self.done: set[str] = set()
-        if self.path.exists() and self.path.stat().st_size:
-            with open(self.path, newline="") as f:
-                reader = csv.DictReader(f)
-                if reader.fieldnames != self.columns:
-                    raise SystemExit(f"{self.path} has columns {reader.fieldnames}, not {self.columns}: "
-                                     "use another --csv file")
-                # A row that says ERROR is not done: the submission is graded again, and its new row
-                # replaces that one (add).
-                self.done = {row["submission"] for row in reader if row["score"] != self.ERROR}
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "w", newline="") as f:
-                csv.writer(f).writerow(self.columns)
-
-    def add(self, report: Report) -> None:
-        row = {"submission": report.submission, "score": _num(report.score), "max_score": _num(report.max_score),
-               "seconds": f"{report.seconds:.0f}", "notes": " | ".join(report.notes)[:1000],
-               "integrity": " | ".join(report.integrity)[:1000]}
-        if report.error is not None:
-            row["score"] = self.ERROR
-        for part in self.parts:
-            row[part] = _num(report.part_score(part)[0])
-        if "hidden" in self.columns:
-            row["hidden"] = _num(sum(t.score for t in report.tests if t.hidden))
-        with open(self.path, newline="") as f:
-            kept = [r for r in csv.DictReader(f) if not (r["submission"] == row["submission"]
-                                                          and r["score"] == self.ERROR)]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", newline="") as f:  # whole or not at all: a kill here loses no graded row
-            writer = csv.DictWriter(f, self.columns)
-            writer.writeheader()
-            writer.writerows([*kept, row])
-        tmp.replace(self.path)
-
-
-class Progress:
-    """A progress bar on stderr (a line per submission when stderr is not a terminal)."""
-
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.count, self.stream = total, 0, stream
-        self.tty = stream.isatty()
-        self.start = time.monotonic()
-
-    def done(self, line: str) -> None:
-        self.count += 1
-        if self.tty:
-            self.stream.write("\r\033[K")
-        self.stream.write(line + "\n")
-        if self.tty:
-            width = 30
-            filled = width * self.count // max(1, self.total)
-            elapsed = time.monotonic() - self.start
-            eta = elapsed / self.count * (self.total - self.count)
-            self.stream.write(f"[{'#' * filled}{'.' * (width - filled)}] {self.count}/{self.total}  "
-                              f"{elapsed:.0f} s, about {eta:.0f} s to go")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def _json_names(sources: list[Path]) -> dict[Path, str]:
-    """A distinct, safe results file name per submission: alice.zip -> alice.json."""
-    names, used = {}, set()
-    for src in sources:
-        base = re.sub(r"[^A-Za-z0-9._-]+", "_", src.stem if src.suffix else src.name) or "submission"
-        name, n = base, 1
-        while name in used:
-            n += 1
-            name = f"{base}-{n}"
-        used.add(name)
-        names[src] = name + ".json"
-    return names
+def _points_in(source: bytes) -> float:
+    """The points of a test file: the sum of its tests' @pytest.mark.points(n)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return 0.0
+    tests = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+    return total(float(dec.args[0].value) for test in tests for dec in test.decorator_list
+                 if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "points"
+                 and dec.args and isinstance(dec.args[0], ast.Constant))
 
 
 def grade_batch(sources: list[Path], *, course: sandbox.Course, only=None, limits: Limits | None = None,
@@ -445,6 +352,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="folders, zips or .py files (default: your own files in gqa_flash/)")
     p.add_argument("--out", help="results.json (one submission) or a folder of them (several, or a path ending in /)")
     p.add_argument("--csv", type=Path, help="one row per submission; submissions already in it are skipped")
+    p.add_argument("--regrade", nargs="+", action="extend", default=[], metavar="NAME",
+                   help="grade these again though they are in the CSV, replacing their rows: names as in the CSV's "
+                        "submission column, or file names without .zip; put it last. With no submissions given, "
+                        "the batch is the CSV's")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                    help="submissions graded at once (default: half the cores)")
     p.add_argument("--only", help="grade only these modules, e.g. naive,forward (make grade MODULE=...)")
@@ -493,12 +404,16 @@ def _main(argv: list[str] | None) -> int:
         return 2
     if args.workdir is not None:
         args.workdir = args.workdir.resolve()  # the tests run in a copy elsewhere: a relative path would miss
-    missing = [str(s) for s in args.submissions if not Path(s).exists()]
-    if missing:
-        print(f"grade: no such submission: {', '.join(missing)}", file=sys.stderr)
-        return 2
     only = set(args.only.replace(",", " ").split()) if args.only else None
     limits = Limits(submission_s=args.timeout, timeout_cap_s=args.test_timeout_cap, strikes=args.strikes)
+    if args.regrade and not args.csv:
+        print("grade: --regrade replaces rows of a CSV: give it with --csv", file=sys.stderr)
+        return 2
+    if not args.regrade:
+        missing = [str(s) for s in args.submissions if not Path(s).exists()]
+        if missing:
+            print(f"grade: no such submission: {', '.join(missing)}", file=sys.stderr)
+            return 2
     try:
         course = sandbox.snapshot(extra_tests=args.extra_tests)
     except (OSError, ValueError) as e:
@@ -509,49 +424,73 @@ def _main(argv: list[str] | None) -> int:
         print(f"grade: --only {args.only}: no module {', '.join(unknown)} (the modules: {', '.join(_parts(course))})",
               file=sys.stderr)
         return 2
+    if len(args.submissions) <= 1 and not args.regrade:
+        return _grade_one(args, course, only, limits)
+    return _grade_batch(args, course, only, limits)
 
-    if len(args.submissions) <= 1:
-        report = grade(args.submissions[0] if args.submissions else None, course=course, only=only, limits=limits,
-                       workdir=args.workdir)
-        print(table(report))
-        if args.out:
-            out = Path(args.out)
-            if out.is_dir() or args.out.endswith(os.sep):  # a folder: name the file after the submission
-                src = args.submissions[0] if args.submissions else Path("working_copy")
-                out = out / _json_names([src])[src]
-            _write_json(out, report)
-        if args.csv:
-            GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)).add(report)
-        if report.error is not None:
-            print(f"grade: not graded: {report.error}", file=sys.stderr)
-            return 1
-        return 0
 
+def _grade_one(args, course: sandbox.Course, only, limits: Limits) -> int:
+    """One submission (or the working copy): its table on stdout, and its results file and CSV row if asked."""
+    report = grade(args.submissions[0] if args.submissions else None, course=course, only=only, limits=limits,
+                   workdir=args.workdir)
+    print(table(report))
+    out = None
+    if args.out:
+        out = Path(args.out)
+        if out.is_dir() or args.out.endswith(os.sep):  # a folder: name the file after the submission
+            src = args.submissions[0] if args.submissions else Path("working_copy")
+            out = out / results_names([src])[src]
+        write_json(out, report)
+    if args.csv:
+        GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)).add(report, str(out or ""))
+    if report.error is not None:
+        print(f"grade: not graded: {report.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _grade_batch(args, course: sandbox.Course, only, limits: Limits) -> int:
+    """Many submissions: a line each on stderr as it is graded, its row and results file written at once,
+    and a summary on stdout at the end. Those already in the CSV are skipped, but for --regrade's."""
     book = GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)) if args.csv else None
-    todo = [s for s in args.submissions if book is None or str(s) not in book.done]
-    if len(todo) < len(args.submissions):
-        print(f"skipping {len(args.submissions) - len(todo)} submission(s) already in {args.csv}", file=sys.stderr)
-    json_names = _json_names(args.submissions)
+    sources = list(args.submissions) or [Path(r["submission"]) for r in book.rows()]  # --regrade alone: the CSV's
+    regrade = set()
+    for name in args.regrade:
+        picked = [s for s in sources if _named(s, name)]
+        if not picked:
+            print(f"grade: --regrade {name}: no such submission in the batch (a name of the CSV's submission "
+                  "column, or a file name without .zip)", file=sys.stderr)
+            return 2
+        regrade.update(picked)
+    missing = [str(s) for s in sources if not Path(s).exists()]
+    if missing:
+        print(f"grade: no such submission: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    todo = [s for s in sources if book is None or s in regrade or str(s) not in book.done]
+    if len(todo) < len(sources):
+        print(f"skipping {len(sources) - len(todo)} submission(s) already in {args.csv}", file=sys.stderr)
+    names = results_names(sources)  # of the whole batch, so that a submission keeps its file from run to run
     progress = Progress(len(todo))
     lock = threading.Lock()
+    rows = []  # this run's, for the summary when there is no CSV
 
     def on_done(src: Path, report: Report) -> None:
         with lock:
-            if args.out:
-                _write_json(Path(args.out) / json_names[src], report)
+            results = Path(args.out) / names[src] if args.out else None
+            if results is not None:
+                write_json(results, report)
             if book is not None:
-                book.add(report)
-            flag = f"  ({len(report.notes)} note{'s' * (len(report.notes) != 1)})" if report.notes else ""
-            scored = [f for f in report.integrity if not f.startswith("review:")]
-            flag += "  INTEGRITY: " + "; ".join(scored) if scored else ""
-            score = "ERROR" if report.error is not None else f"{_num(report.score):>6} / {_num(report.max_score)}"
-            progress.done(f"{score}  {report.submission}{flag}")
+                book.add(report, str(results or ""))
+            if book is None:
+                rows.append(_row(report))
+            progress.done(progress_line(report))
 
     try:
         reports = grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done,
                               workdir=args.workdir)
     finally:
         progress.close()
+    print(batch_summary(book.rows() if book else rows, now=len(reports), csv_path=args.csv, out=args.out))
     errors = [r for r in reports if r.error is not None]
     if errors:
         where = f" (score {GradeBook.ERROR} in {args.csv})" if args.csv else ""
@@ -561,6 +500,20 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
+def _named(source: Path, name: str) -> bool:
+    """Is name (from --regrade) this submission: its path as given, its file name, or its name without .zip?"""
+    def nfc(text: str) -> str:
+        return unicodedata.normalize("NFC", text)
+
+    return nfc(name.rstrip("/")) in {nfc(str(source)), nfc(source.name), nfc(stem(source))}
+
+
+def _row(report: Report) -> dict[str, str]:
+    """What the summary reads of a submission graded with no CSV."""
+    return {"score": GradeBook.ERROR if report.error is not None else num(report.score),
+            "max_score": num(report.max_score), "review": review(report)}
+
+
 def _parts(course: sandbox.Course, only=None) -> list[str]:
     parts = [Path(t).stem.removeprefix("test_") for t in course.tests_of(only) if t.startswith("tests/graded/")]
     return list(dict.fromkeys(parts))
@@ -568,13 +521,6 @@ def _parts(course: sandbox.Course, only=None) -> list[str]:
 
 def _has_hidden(course: sandbox.Course, only=None) -> bool:
     return any(t.startswith(sandbox.HIDDEN_DIR + "/") for t in course.tests_of(only))
-
-
-def _write_json(path: Path, report: Report) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(gradescope.results_json(report), indent=2))
-    tmp.replace(path)  # whole or not at all, even if interrupted
 
 
 if __name__ == "__main__":

@@ -25,8 +25,12 @@ with ``make test-gradescope``).
 The fields of results.json written here, as Gradescope's specification names
 them: ``score``, ``execution_time``, ``output``, ``visibility``,
 ``stdout_visibility`` and ``tests``, each test with ``name``, ``score``,
-``max_score``, ``status``, ``output`` and ``visibility``. A module the student
-has not started (still its stub: ``grade.not_started``) is one entry, "not
+``max_score``, ``status``, ``output`` and ``visibility``; and one of the
+course's own, ``submission``, the file the results are of (not a field of
+Gradescope's; a batch's folder of results files needs it). Test points are
+whole hundredths that add up exactly to each part's points
+(``plugin.shares``): no 0.6667 on Gradescope, and no total of 134.9999.
+A module the student has not started (still its stub: ``grade.not_started``) is one entry, "not
 started", worth its module's points, not a red entry per test: a student who
 skips the bonus sees two lines, not some thirty failures. The bundle holds its
 stubs' fingerprints (``grade.STUB_PRINTS``) to tell.
@@ -55,15 +59,16 @@ def results_json(report) -> dict:
             tests.append(
                 dict(
                     name=_name(t),
-                    score=round(t.score, 4),
-                    max_score=round(t.max_score, 4),
+                    score=round(t.score, 6),
+                    max_score=round(t.max_score, 6),
                     status="passed" if t.passed else "failed",
                     output=t.message,
                     visibility=HIDDEN if t.hidden else "visible",
                 )
             )
     return dict(
-        score=round(report.score, 2),
+        submission=report.submission,  # which file these results are of (the batch's CSV says it too)
+        score=round(report.score, 6),
         execution_time=int(round(report.seconds)),
         output=report.summary(),
         visibility="visible",
@@ -80,11 +85,12 @@ def _name(test, name: str | None = None) -> str:
 
 def _not_started(tests) -> dict:
     """One entry for a module still holding its stub: its points, and what to do."""
+    from gqa_flash.grader.report import total  # report imports this module
     first = tests[0]
     return dict(
         name=_name(first, "not started"),
         score=0,
-        max_score=round(sum(t.max_score for t in tests), 4),
+        max_score=total(t.max_score for t in tests),
         status="failed",
         output=(f"{first.part}.py is not started: it is the stub you were given (or it was not submitted), so none "
                 f"of its {len(tests)} tests can pass." + (" It is a bonus: its points come on top of the 100."

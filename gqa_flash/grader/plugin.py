@@ -4,7 +4,8 @@ It runs inside the test process, next to the submission's code, and does four
 things the grader outside cannot:
 
 * it reads each test's points (``@pytest.mark.points(n)``; a parametrized
-  test's points are shared equally among its cases) and its timeout mark, and
+  test's points are shared among its cases in whole hundredths, so that they
+  add up exactly: :func:`shares`) and its timeout mark, and
   caps that timeout when the grader asks (``--grade-timeout-cap``: the
   grader's own tests use a few seconds instead of a minute);
 * it writes one JSON line per event to ``--grade-log`` as the run goes:
@@ -94,7 +95,8 @@ class _Recorder:
         for item in items:
             marker = item.get_closest_marker("points")
             points = float(marker.args[0]) if marker and marker.args else 0.0
-            share = points / len(cases[(item.path, item.originalname)])
+            siblings = cases[(item.path, item.originalname)]
+            share = shares(points, len(siblings))[siblings.index(item)]
             marker = item.get_closest_marker("timeout")
             timeout = float(marker.args[0]) if marker and marker.args else DEFAULT_TIMEOUT
             if self.cap is not None:
@@ -142,6 +144,19 @@ class _Recorder:
         seconds = time.monotonic() - self.started.pop(nodeid, time.monotonic())
         self.write(event="result", id=nodeid, passed=passed, message=message,
                    timed_out=timed_out, seconds=round(seconds, 3), integrity=nodeid in self.integrity)
+
+
+def shares(points: float, n: int) -> list[float]:
+    """A test's points shared among its n cases, in whole hundredths, the remainder on the last cases.
+
+    So the shares add up to the points exactly, in decimal (2 over 3 cases: 0.66, 0.67, 0.67; never
+    0.6667 three times, which Gradescope shows and adds up to 1.9999). Points finer than a hundredth
+    (an instructor's hidden test worth 0.125) are shared in the finest unit they need."""
+    unit = 100
+    while abs(points * unit - round(points * unit)) > 1e-6 and unit < 10**6:
+        unit *= 10
+    base, extra = divmod(round(points * unit), n)
+    return [(base + (i >= n - extra)) / unit for i in range(n)]
 
 
 def describe(excinfo, graded_files) -> tuple[str, bool]:

@@ -14,14 +14,21 @@ The copy never holds ``solutions/``: a missing graded file gets the stub
 ``python -m gqa_flash.grader.release`` would write. In the student edition or a
 Gradescope bundle, where there is no ``solutions/`` folder, the package's own
 graded files are the stubs.
+
+Nor does the graded process learn where the course is: it runs in the copy,
+from an environment with no variable that leads back to the course
+(:func:`environment`). A grader started in the instructor's repository
+inherits ``PWD``; a submission once found ``solutions/forward.py`` through it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,3 +173,44 @@ def tampered(course: Course, dest: Path) -> list[str]:
             continue
         problems.append(f"added {rel}")
     return problems
+
+
+# --- the graded process's environment ---------------------------------------------------------------------------
+
+FORGOTTEN = ("PWD", "OLDPWD")  # where the grader was started, and before: in the course, as often as not
+
+
+def environment(base: Mapping[str, str], copy: Path, course_dir: Path = COURSE_DIR) -> dict[str, str]:
+    """The environment a graded process starts from: base, less whatever leads to the course.
+
+    ``PWD`` and ``OLDPWD`` go, and every path into ``course_dir`` goes: an entry
+    of a list such as ``PATH`` (the course's ``.venv/bin``) is taken out of its
+    list, any other value that names the course (``VIRTUAL_ENV``, an option
+    string) goes whole. Paths into the grading's own folder (the copy's parent)
+    stay. The caller then adds what the run needs (``PYTHONPATH`` to the copy),
+    and starts the process in the copy.
+    """
+    roots = {str(course_dir), str(Path(course_dir).resolve())}
+    into_course = re.compile("|".join(rf"{re.escape(r.rstrip(os.sep))}(?=$|[{re.escape(os.sep)}\s\"',;:=])"
+                                      for r in sorted(roots)))
+    scratch = Path(copy).resolve().parent
+
+    def leads_to_course(entry: str) -> bool:
+        if not into_course.search(entry):
+            return False
+        try:
+            return not Path(entry).resolve().is_relative_to(scratch)
+        except (OSError, ValueError):
+            return True
+
+    env = {}
+    for key, value in base.items():
+        if key in FORGOTTEN:
+            continue
+        entries = value.split(os.pathsep)
+        kept = [e for e in entries if not leads_to_course(e)]
+        if len(kept) == len(entries):
+            env[key] = value
+        elif len(entries) > 1 and any(kept):  # a list of paths: the rest of it still serves
+            env[key] = os.pathsep.join(kept)
+    return env

@@ -212,7 +212,8 @@ def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> lis
 
 def _environment(copy: Path, mark: str) -> dict[str, str]:
     # GQA_FLASH_MODULE (make test-graded MODULE=...) is for a run on its own: the grader chooses with --only.
-    env = {k: v for k, v in os.environ.items()
+    # Nothing that leads back to the course (PWD, OLDPWD, PATH entries, VIRTUAL_ENV...): sandbox.environment.
+    env = {k: v for k, v in sandbox.environment(os.environ, copy).items()
            if not k.startswith(("PYTEST_", "PYTHON", "GQA_FLASH_IMPL", "GQA_FLASH_MODULE"))}
     env[RUN_MARK] = mark  # inherited by whatever the test process starts: _kill_marked finds it by this
     scratch = copy.parent / "tmp"  # the tests' temporary files stay in this grading's folder, removed with it

@@ -1,0 +1,226 @@
+"""A batch's results map back to their submissions, for the TA who reads them.
+
+Results files keep the submission's readable name and record it; the CSV is sorted by submission, has a
+``review`` column for rows that need a second look, and a batch ends with a summary on stdout;
+``--regrade`` replaces a row; every total of points is exact. Most tests here fake the test run
+(:func:`fake_run`): what they check is the bookkeeping around it, and tests/test_grade.py runs the real
+thing. One batch grades one real submission (naive.py only), and the points are read from the real graded
+tests by collecting them (nothing runs).
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gqa_flash import impl, layout
+from gqa_flash.grader import grade, gradescope, plugin, report, submission, testrun
+from gqa_flash.grader.testrun import TestResult as Result
+
+RIGHT = "# right\n"  # a naive.py the fake test run passes
+STOP = "nothing to grade: the submission holds no graded file"  # submission.read's own note, where it has one
+
+
+def fake_run(calls: list):
+    """A test run that passes naive's three cases if naive.py says RIGHT; records each run in calls."""
+    def run(course, files, workdir, test_files, limits=None):
+        calls.append(files.get("naive.py"))
+        good = RIGHT.encode() in files.get("naive.py", b"")
+        tests = [Result(id=f"tests/graded/test_naive.py::test_case[{i}]", part="naive", name=f"test_case[{i}]",
+                            max_score=share, passed=good, message="" if good else "AssertionError: wrong")
+                 for i, share in enumerate(plugin.shares(20, 3))]
+        return testrun.RunReport(tests=tests, runs=1)
+    return run
+
+
+@pytest.fixture
+def stops_when_empty(monkeypatch):
+    """submission.read, with Submission.stop set for a submission with no graded file (as the real one does,
+    once it says so itself: then this changes nothing)."""
+    real = submission.read
+
+    def read(source, expected=layout.GRADED_FILES):
+        sub = real(source, expected)
+        if not sub.files and getattr(sub, "stop", None) is None:
+            sub.stop = STOP
+        return sub
+
+    monkeypatch.setattr(submission, "read", read)
+
+
+def folder(root: Path, name: str, files: dict[str, str]) -> Path:
+    path = root / name
+    path.mkdir()
+    for rel, text in files.items():
+        (path / rel).write_text(text)
+    return path
+
+
+def rows(book: Path) -> list[dict]:
+    return list(csv.DictReader(book.open(encoding="utf-8")))
+
+
+def test_results_files_keep_readable_names():
+    sources = [Path(p) for p in ("in/José García.zip", "in/Zoé", "in/Zoë", "in/alice.zip", "in/Alice",
+                                 "in/..hidden.zip", "in/tab\there.py", "in/back\\slash.zip")]
+    names = report.results_names(sources)
+    assert list(names.values()) == ["José García.json", "Zoé.json", "Zoë.json", "alice.json", "Alice-2.json",
+                                    "hidden.json", "tab_here.json", "back_slash.json"]
+    # The same name, its accent written two ways (macOS writes é as e and a combining accent): one file.
+    assert report.results_names([Path("Zoe\u0301"), Path("Zo\u00e9.zip")]) == {
+        Path("Zoe\u0301"): "Zoé.json", Path("Zo\u00e9.zip"): "Zoé-2.json"}
+    assert len(report.readable_name("é" * 300).encode()) <= 200
+
+
+def test_a_batch_records_each_submission_sorts_its_rows_and_ends_with_a_summary(tmp_path, capsys,
+                                                                                 stops_when_empty):
+    """One real grading (José García's naive.py); Zoé and Zoë hold nothing, so they run no test."""
+    (tmp_path / "in").mkdir()
+    with zipfile.ZipFile(tmp_path / "in" / "José García.zip", "w") as z:
+        z.writestr("José García/naive.py", (impl.SOLUTIONS_DIR / "naive.py").read_text())
+    subs = [folder(tmp_path / "in", "Zoë", {}), tmp_path / "in" / "José García.zip", folder(tmp_path / "in", "Zoé", {})]
+    out, book = tmp_path / "results", tmp_path / "grades.csv"
+    args = [*map(str, subs), "--only", "naive", "--csv", str(book), "--out", f"{out}/", "--jobs", "2",
+            "--test-timeout-cap", "30", "--workdir", str(tmp_path)]
+    assert grade.main(args) == 0
+    printed = capsys.readouterr()
+    # The summary on stdout, a line per submission on stderr.
+    assert printed.out.splitlines() == [
+        "graded 3 submissions: mean 6.67 / 20; 2 need a second look (the CSV's review column)",
+        f"CSV: {book}", f"results: {out}/ (a .json per submission)"], printed.out
+    assert all(str(s) in printed.err for s in subs) and "LOOK: nothing graded" in printed.err
+    # Sorted by submission, whatever order they finished in; each row names its submission and results file.
+    table = rows(book)
+    assert [Path(r["submission"]).name for r in table] == ["José García.zip", "Zoé", "Zoë"]
+    assert sorted(p.name for p in out.iterdir()) == ["José García.json", "Zoé.json", "Zoë.json"]
+    for row in table:
+        results = json.loads(Path(row["results"]).read_text(encoding="utf-8"))
+        assert results["submission"] == row["submission"] and results["score"] == float(row["score"])
+    assert [r["score"] for r in table] == ["20", "0", "0"] and table[0]["review"] == ""
+    for row in table[1:]:  # nothing to grade: the stop note is the one note, and the row is marked
+        assert row["review"] == f"nothing graded: {report.short(row['notes'])}" and " | " not in row["notes"]
+    stopped = json.loads((out / "Zoë.json").read_text(encoding="utf-8"))
+    assert [(t["name"], t["score"], t["max_score"], t["output"]) for t in stopped["tests"]] == [
+        ("naive.py: not graded", 0, 20, table[2]["notes"])]
+
+
+def test_regrade_replaces_a_row(tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(testrun, "run_tests", fake_run(calls))
+    subs = [folder(tmp_path, "bob", {"naive.py": RIGHT}), folder(tmp_path, "alice", {"naive.py": "# wrong\n"})]
+    book, out = tmp_path / "grades.csv", tmp_path / "results"
+    args = ["--only", "naive", "--csv", str(book), "--out", f"{out}/"]
+    assert grade.main([*map(str, subs), *args]) == 0
+    assert [(Path(r["submission"]).name, r["score"]) for r in rows(book)] == [("alice", "0"), ("bob", "20")]
+    # Run again: nothing to do. Fix alice's file, regrade her by name: her row (and results file) is replaced.
+    assert grade.main([*map(str, subs), *args]) == 0 and len(calls) == 2
+    (subs[1] / "naive.py").write_text(RIGHT)
+    assert grade.main([*map(str, subs), *args, "--regrade", "alice"]) == 0 and len(calls) == 3
+    assert [(Path(r["submission"]).name, r["score"]) for r in rows(book)] == [("alice", "20"), ("bob", "20")]
+    assert json.loads((out / "alice.json").read_text())["score"] == 20
+    # With no submission given, the batch is the CSV's; a name is the CSV's submission column too.
+    capsys.readouterr()
+    assert grade.main([*args, "--regrade", str(subs[0])]) == 0 and calls[-1] == RIGHT.encode() and len(calls) == 4
+    assert "graded 2 submissions (1 now, 1 in an earlier run): mean 20 / 20" in capsys.readouterr().out
+    assert len(rows(book)) == 2
+    assert grade.main([*args, "--regrade", "carol"]) == 2
+    assert "--regrade carol: no such submission" in capsys.readouterr().err
+    assert grade.main([str(subs[0]), "--regrade", "bob"]) == 2  # a row to replace needs its CSV
+
+
+def test_a_submission_with_nothing_to_grade_runs_no_test(tmp_path, monkeypatch, stops_when_empty):
+    def no_run(*args, **kwargs):
+        raise AssertionError("a submission with nothing to grade ran the tests")
+
+    monkeypatch.setattr(testrun, "run_tests", no_run)
+    with zipfile.ZipFile(tmp_path / "empty.zip", "w"):
+        pass
+    result = grade.grade(tmp_path / "empty.zip", workdir=tmp_path)
+    assert result.stop and result.notes == [result.stop] and result.error is None
+    assert result.score == 0 and result.max_score == grade.COURSE_POINTS
+    assert {part: result.part_score(part) for part in layout.GRADED_MODULES} == {
+        "naive": (0, 20), "online_softmax": (0, 15), "tiled": (0, 25), "forward": (0, 40),
+        "backward": (0, 20), "decode": (0, 15)}
+    text = grade.table(result)
+    assert text.count("not graded (see the note)") == len(layout.GRADED_MODULES) and result.stop in text
+    book = report.GradeBook(tmp_path / "grades.csv", list(layout.GRADED_MODULES), hidden=False)
+    book.add(result)
+    assert book.rows()[0]["review"].startswith("nothing graded: ")
+
+
+def test_review_marks_the_rows_that_need_a_second_look(tmp_path):
+    def graded(notes=(), files=("naive.py",), passed=True, integrity=()):
+        tests = [Result(id="t", part="naive", name="t", max_score=20, passed=passed)]
+        return grade.Report("x", tests=tests, notes=list(notes), files=list(files), integrity=list(integrity))
+
+    assert report.review(graded()) == ""
+    assert report.review(graded(passed=False)) == ""  # a wrong answer is a grade, not a question
+    assert report.review(graded(files=(), passed=False)) == "no naive.py found"
+    assert report.review(graded(notes=["graded garciajose_12345_678901_naive.py as naive.py"])) == \
+        "a file graded under another name"
+    assert report.review(graded(notes=["ignored Naive.py: not a graded file name (did you mean naive.py?)"],
+                                files=(), passed=False)) == "no naive.py found; a file ignored for its name"
+    assert report.review(graded(integrity=["naive.py scores 0: ..."])) == "integrity: 1 part scored 0"
+    assert report.review(graded(integrity=["review: naive.py names reference"])) == "integrity: code worth a look"
+    failed = grade.Report("x", error="the grader failed")
+    assert report.review(failed) == "not graded: the grader failed"
+
+
+# --- points that add up exactly --------------------------------------------------------------------------
+
+
+def test_a_tests_points_are_shared_in_whole_hundredths():
+    assert plugin.shares(2, 3) == [0.66, 0.67, 0.67] and plugin.shares(4, 3) == [1.33, 1.33, 1.34]
+    assert plugin.shares(8, 4) == [2.0] * 4 and plugin.shares(0, 2) == [0.0, 0.0]
+    assert sum(map(Decimal, map(str, plugin.shares(0.125, 3)))) == Decimal("0.125")  # finer than a hundredth
+    for points in (1, 1.5, 2, 3, 4, 5, 8, 12, 16, 20):
+        for n in range(1, 13):
+            shares = plugin.shares(points, n)
+            assert sum(Decimal(str(s)) for s in shares) == Decimal(str(points)), (points, n, shares)
+            assert max(shares) - min(shares) <= 0.01 + 1e-9
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    """Every graded test, with its points, as the grader's plugin shares them: collected, never run."""
+    log = tmp_path_factory.mktemp("collect") / "log.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    subprocess.run([sys.executable, "-m", "pytest", str(layout.GRADED_TESTS_DIR), "--collect-only", "-q",
+                    "-p", "gqa_flash.grader.plugin", "-p", "pytest_timeout", f"--grade-log={log}",
+                    "-p", "no:cacheprovider", "-o", "addopts="],
+                   cwd=layout.COURSE_DIR, env=env, check=True, capture_output=True, timeout=300)
+    record = [json.loads(line) for line in log.read_text().splitlines()][-1]
+    assert record["event"] == "collected"
+    return record["tests"]
+
+
+def test_every_total_is_exact(collected):
+    tests = [Result(id=t["id"], part=t["part"], name=t["name"], max_score=t["max_score"], passed=True,
+                        bonus=t["part"] in layout.BONUS_MODULES) for t in collected]
+    full = grade.Report("full marks", tests=tests)
+    results = json.loads(json.dumps(gradescope.results_json(full)), parse_float=Decimal)
+    assert sum(t["max_score"] for t in results["tests"]) == 135 and results["score"] == 135
+    assert all(t["max_score"] == round(t["max_score"], 2) for t in results["tests"])  # whole hundredths
+    for part, points in {"naive": 20, "online_softmax": 15, "tiled": 25, "forward": 40, "backward": 20,
+                         "decode": 15}.items():
+        assert sum(t["max_score"] for t in results["tests"] if t["name"].startswith(f"{part}.py")) == points, part
+    assert full.max_score == 100 and full.score == 135
+    assert grade.table(full).splitlines()[-1].split() == "total 135 / 100 (with 35 bonus)".split()
+
+
+def test_the_csv_totals_are_exact(collected, tmp_path):
+    tests = [Result(id=t["id"], part=t["part"], name=t["name"], max_score=t["max_score"], passed=True,
+                        bonus=t["part"] in layout.BONUS_MODULES) for t in collected]
+    book = report.GradeBook(tmp_path / "grades.csv", list(layout.GRADED_MODULES), hidden=False)
+    book.add(grade.Report("full marks", tests=tests))
+    row = book.rows()[0]
+    assert (row["score"], row["max_score"]) == ("135", "100")
+    assert [row[m] for m in layout.GRADED_MODULES] == ["20", "15", "25", "40", "20", "15"]
+
