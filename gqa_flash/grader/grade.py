@@ -262,9 +262,9 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
     expected = [f"{p}.py" for p in _parts(course, only)]
     sub = submission.read(source, expected=[f for f in course.graded_files if f in expected])
     report = Report(submission=sub.name, notes=list(sub.notes), files=sorted(sub.files))
-    stop = getattr(sub, "stop", None)
+    stop = sub.stop
     if stop:  # nothing to grade: running the whole suite on stubs would take a minute to say so
-        report.stop, report.notes = stop, [stop]
+        report.stop, report.notes = stop, list(sub.notes)  # the stop line is the last note
         report.tests = not_graded(course, test_files, stop)
         report.seconds = time.monotonic() - start
         return report

@@ -2,14 +2,31 @@
 
 Only the graded files are taken (``naive.py``, ``online_softmax.py``, ...),
 found by name at any depth, and only as bytes: nothing is extracted, nothing
-is imported or run here. Whatever else a submission holds is ignored, and
-every surprise becomes a note the student will read in the results:
+is imported or run here. A zip inside the submission (a zip in a zip, a
+Moodle folder holding the student's zip) is read the same way. Whatever else
+a submission holds is ignored, and every surprise becomes a note the student
+will read in the results:
 
-* a file with a near-miss name (``Naive.py``, ``forward (1).py``): ignored,
-  with the name it probably meant;
-* two copies of one graded file: the shallowest is graded;
+* a name a learning platform gave the file in its bulk download (Canvas
+  ``garciajose_12345_678901_naive.py``, ``..._naive-1.py`` for a re-submission;
+  Moodle ``José García_12345_assignsubmission_file_naive.py``; Blackboard
+  ``Assignment 1_jgarcia_attempt_2026-12-01-10-00-00_naive.py``), or a name
+  that ends with a graded one after ``_``, ``-`` or a space (``l_single_naive.py``):
+  graded as that file, with a note naming both;
+* two files for one graded file: the exact name wins over such a name, then
+  the shallowest, then Canvas's latest re-submission; the note says which
+  was graded and which ignored;
+* a whole course folder (a ``gqa_flash/`` package in it): its graded files are
+  taken from the package, and the rest is one line, not a note per file;
+* any other file: ignored, and named, with the graded name it probably meant
+  (``Naive.py``, ``forward (1).py``, ``naive.py.txt``: did you mean ``naive.py``?);
+  a notebook is never graded, and says so;
+* nothing to grade at all (an empty zip, a notebook only, other files only):
+  ``Submission.stop`` says so in one line, with what to hand in, and the
+  grader grades nothing;
 * a zip member with an absolute path or ``..`` in it (a "zip slip"), a
-  symbolic link, a file too large to be code: skipped;
+  symbolic link, a file too large to be code: skipped; macOS's ``__MACOSX``,
+  hidden files and caches: skipped silently;
 * a syntax error: found by compiling (never running) the file, so the
   student reads the line number even though the tests only see it fail to
   import;
@@ -27,17 +44,23 @@ from __future__ import annotations
 
 import ast
 import difflib
+import io
 import os
+import re
 import stat
+import unicodedata
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from gqa_flash import layout
-from gqa_flash.layout import GRADED_FILES
+from gqa_flash.layout import GRADED_FILES, GRADED_MODULES
 
 MAX_FILE_BYTES = 1 << 20  # a graded module is a few kilobytes of code
+MAX_INNER_ZIP_BYTES = 64 << 20  # a zip inside the submission is read in memory: this much at most
+MAX_ZIP_DEPTH = 3  # a zip in a zip in a zip; deeper ones are named and skipped
 SKIPPED_DIRS = {"__MACOSX", "__pycache__", ".ipynb_checkpoints", ".git"}
+SKIPPED_FILES = {"Thumbs.db", "desktop.ini"}  # what Windows leaves behind; hidden files (.DS_Store) too
 # What graded code imports; anything else is worth a look.
 USUAL_IMPORTS = {"torch", "triton", "math", "numpy", "typing", "__future__", "functools", "dataclasses"}
 UNUSUAL_CALLS = {"__import__", "exec", "eval", "compile", "open", "setattr", "globals", "vars"}
@@ -49,6 +72,23 @@ ANSWER_NAMES = {"fast", "fast_attention_forward", "fast_attention_backward", "re
                 "scaled_dot_product_attention", "flex_attention", "DisableTorchFunction",
                 "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "_disable_current_modes"}
 
+# How learning platforms name the files of a bulk download; ``orig`` is the name the student gave the file.
+# Most specific first: Canvas's pattern would take the others' names too.
+PLATFORM_NAMES = (
+    ("Moodle", re.compile(r"^(?P<who>.+?)_\d+_assignsubmission_[a-z]+_(?P<orig>.+)$")),
+    ("Blackboard", re.compile(r"^.+_(?P<who>[^_]+)_attempt_\d{4}(?:-\d\d){5}_(?P<orig>.+)$")),
+    ("Canvas", re.compile(r"^(?P<who>[^_]+)(?:_LATE)?_\d+_\d+_(?P<orig>.+)$")),
+)
+MOODLE_FOLDER = re.compile(r"^(?P<who>.+?)_\d+_assignsubmission_[a-z]+_?$")  # Moodle's "download in folders"
+CANVAS_AGAIN = re.compile(r"-(?P<n>\d+)(?=\.py$)")  # naive-1.py: Canvas's name for a re-submitted naive.py
+# A graded name at the end of a longer one, after a separator: l_single_naive.py, fast_forward.py.
+ENDS_WITH_GRADED = re.compile(rf"^(?P<before>.+)[_\- ](?P<module>{'|'.join(GRADED_MODULES)})\.py$")
+# The course's notebooks whose names do not say their graded file.
+NOTEBOOK_FILES = {"triton_kernel": "forward.py", "decoding": "decode.py"}
+# The course's own files beside the graded ones in its package: with a graded file, they mark a copy of it.
+COURSE_FILES = frozenset(p.name for p in layout.PACKAGE_DIR.iterdir() if p.is_file()) - set(GRADED_FILES)
+MAX_NAMED = 12  # files named in one "ignored" line; the rest are counted
+
 
 @dataclass
 class Submission:
@@ -56,6 +96,59 @@ class Submission:
     files: dict[str, bytes] = field(default_factory=dict)  # graded file name -> content
     notes: list[str] = field(default_factory=list)  # for the student and the instructor
     flags: list[str] = field(default_factory=list)  # integrity: names that reach the course's answers
+    # Nothing to grade (an empty zip, a notebook only, no graded file): one line saying so and what to hand
+    # in, also the last of the notes. The grader then runs no test. None when there is something to grade.
+    stop: str | None = None
+
+
+@dataclass(frozen=True)
+class Name:
+    """What a file's name says: the graded file it stands for, and why."""
+
+    graded: str | None  # "naive.py", or None: not a graded file
+    rank: int = 0  # 0: the graded name itself, 1: a platform's name for it, 2: a name that ends with it
+    why: str = ""  # for the note: "a Canvas download name"
+    orig: str = ""  # the name the student gave the file, without a platform's additions
+    who: str | None = None  # the student, from a platform's name
+    again: int = 0  # Canvas's re-submission number: 2 for naive-2.py
+
+
+def graded_name(name: str) -> Name:
+    """The graded file a file name stands for: naive.py for naive.py itself, for a learning platform's
+    name of it (Canvas, Moodle, Blackboard) and for a name ending with it (l_single_naive.py)."""
+    if name in GRADED_FILES:
+        return Name(name, 0, "", name)
+    platform, who, orig, again = None, None, name, 0
+    for label, pattern in PLATFORM_NAMES:
+        if m := pattern.match(name):
+            platform, who, orig = label, unicodedata.normalize("NFC", m["who"]), m["orig"]
+            break
+    why = f"a {platform} download name" if platform else ""
+    if platform == "Canvas" and (m := CANVAS_AGAIN.search(orig)):
+        again, orig = int(m["n"]), orig[:m.start()] + orig[m.end():]
+        why += f", -{again} marking a re-submission"
+    if platform and orig in GRADED_FILES:
+        return Name(orig, 1, why, orig, who, again)
+    m = ENDS_WITH_GRADED.match(orig)
+    if m and not orig.startswith("test_"):  # test_naive.py is a test, never the graded file
+        graded = f"{m['module']}.py"
+        why = f"{why}, ending with {graded}" if why else f"its name ends with {graded}"
+        return Name(graded, 2, why, orig, who, again)
+    return Name(None, 0, why, orig, who, again)
+
+
+def nearest(name: str) -> str | None:
+    """The graded file a name probably meant (Naive.py, forward (1).py, naive.py.txt, my_tiled_test.py,
+    01_naive_attention.ipynb), or None."""
+    stem = re.sub(r"(\.[A-Za-z]{1,5})+$", "", name)  # naive.py.txt: naive
+    words = re.sub(r"[^a-z0-9]+", "_", stem.lower()).strip("_")
+    # A graded module's name at the start of a word; the last one if several (an_old_naive_now_tiled).
+    at = {f: m.start() for f, mod in zip(GRADED_FILES, GRADED_MODULES) if (m := re.search(rf"(?:^|_){mod}", words))}
+    at |= {f: words.index(alias) for alias, f in NOTEBOOK_FILES.items() if alias in words and f not in at}
+    if at:
+        return max(at, key=at.get)
+    near = difflib.get_close_matches(f"{words}.py", GRADED_FILES, n=1, cutoff=0.75)
+    return near[0] if near else None
 
 
 def read(source: Path | None, expected=GRADED_FILES) -> Submission:
@@ -64,6 +157,7 @@ def read(source: Path | None, expected=GRADED_FILES) -> Submission:
     ``expected``: the graded files being graded (all, or those of ``--only``),
     the ones whose absence is worth a note.
     """
+    readable = True
     if source is None:
         sub = Submission("working copy")
         candidates = [c for c in _folder(layout.PACKAGE_DIR, sub, top_only=True) if c[0].name in GRADED_FILES]
@@ -72,105 +166,252 @@ def read(source: Path | None, expected=GRADED_FILES) -> Submission:
         sub = Submission(str(source))
         if source.is_symlink():
             sub.notes.append(f"{source} is a symbolic link; submit the files themselves")
-            candidates = []
+            candidates, readable = [], False
         elif source.is_dir():
             candidates = _folder(source, sub)
         elif source.is_file() and source.suffix.lower() == ".zip":
             candidates = _zip(source, sub)
-        elif source.is_file() and source.suffix == ".py":
-            candidates = [(PurePosixPath(source.name), source.read_bytes, source.stat().st_size)]
+            readable, candidates = candidates is not None, candidates or []
+        elif source.is_file() and source.suffix.lower() in (".py", ".ipynb"):  # a notebook alone: say so
+            candidates = [(PurePosixPath(_nfc(source.name)), source.read_bytes, source.stat().st_size)]
         elif source.exists():
             sub.notes.append(f"{source} is not a folder, a .zip or a .py file")
-            candidates = []
+            candidates, readable = [], False
         else:
             sub.notes.append(f"{source} does not exist")
-            candidates = []
-    _choose(candidates, sub)
+            candidates, readable = [], False
+    ignored = _choose(candidates, sub)
     for name, content in sub.files.items():
         sub.notes.extend(_check_code(name, content))
         sub.flags.extend(_answer_names(name, content))
     missing = [n for n in expected if n not in sub.files]
-    if not sub.files:
+    if source is not None and not sub.files:
+        sub.stop = _nothing_to_grade(source, candidates if readable else None, ignored, expected)
+        sub.notes.append(sub.stop)
+    elif not sub.files:
         sub.notes.append(f"no graded file found (expected {', '.join(expected)}): every part is graded as its stub")
     elif missing:
         sub.notes.append(f"missing {', '.join(missing)}: graded as the unmodified stub")
     return sub
 
 
+def _nothing_to_grade(source: Path, candidates: list | None, ignored: list[PurePosixPath], expected) -> str:
+    """The one line of a submission with nothing to grade: what it holds, and what to hand in instead.
+    It names the notebooks and misnamed files itself (they have no line of their own then).
+
+    ``candidates`` None: the submission could not be read (its own note says why)."""
+    notebooks = [rel for rel in ignored if rel.suffix.lower() == ".ipynb"]
+    misnamed = {rel: near for rel in ignored if rel not in notebooks and (near := _meant(rel))}
+    names = "; ".join(f"{rel} is not named {near}" for rel, near in misnamed.items())
+    if notebooks:
+        wanted = [f for f in dict.fromkeys(map(_meant, notebooks + list(misnamed))) if f] or list(expected)
+        what = "is a notebook" if len(notebooks) == 1 else "are notebooks"
+        names = f"; {names}" if names else ""
+        return f"{', '.join(map(str, notebooks))} {what}: notebooks are not graded{names}; {_hand_in(wanted)}"
+    found = f"no graded file found (expected {', '.join(expected)})"
+    if candidates is None:
+        return f"nothing to grade: {found}; {_hand_in(expected)}"
+    if not candidates:
+        return f"{source.name} is empty: {found}; {_hand_in(expected)}"
+    found = f"nothing to grade: {found} among its {len(candidates)} file{'s' * (len(candidates) != 1)}"
+    if misnamed:
+        return f"{found}; {names}; {_hand_in(list(dict.fromkeys(misnamed.values())))}"
+    return f"{found}; {_hand_in(expected)}"
+
+
+def _meant(rel: PurePosixPath) -> str | None:
+    """The graded file an ignored file was probably meant to be, if it looks like code or is a notebook."""
+    orig = graded_name(rel.name).orig
+    like_code = ".py" in orig.lower() or "." not in orig or rel.suffix.lower() == ".ipynb"
+    return nearest(orig) if like_code else None
+
+
+def _hand_in(files) -> str:
+    files = sorted(files, key=lambda f: GRADED_FILES.index(f) if f in GRADED_FILES else len(GRADED_FILES))
+    return (f"hand in {', '.join(f'gqa_flash/{f}' for f in files)} (your graded file{'s' * (len(files) != 1)}), "
+            "e.g. with make submission")
+
+
+def _nfc(name: str) -> str:
+    return unicodedata.normalize("NFC", name)  # macOS writes José as J-o-s-e-combining accent
+
+
 def _folder(root: Path, sub: Submission, top_only: bool = False):
-    """(relative path, reader, size) of every regular file under root; links and hidden folders skipped."""
+    """(relative path, reader, size) of every regular file under root, and of every file in a zip there;
+    links and hidden folders skipped."""
     found = []
     for folder, dirs, files in os.walk(root, followlinks=False):
         dirs[:] = [] if top_only else sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
         for name in sorted(files):
             path = Path(folder) / name
-            rel = PurePosixPath(path.relative_to(root).as_posix())
-            if name.startswith("."):
+            rel = PurePosixPath(_nfc(path.relative_to(root).as_posix()))
+            if name.startswith(".") or name in SKIPPED_FILES:
                 continue
             if path.is_symlink() or not path.is_file():
                 if name in GRADED_FILES:
                     sub.notes.append(f"skipped {rel}: a symbolic link, not a file")
                 continue
+            if not top_only and name.lower().endswith(".zip"):
+                found.extend(_zip(path, sub, prefix=rel) or [])
+                continue
             found.append((rel, path.read_bytes, path.stat().st_size))
     return found
 
 
-def _zip(path: Path, sub: Submission):
+def _zip(path: Path, sub: Submission, prefix: PurePosixPath = PurePosixPath()):
+    """The files of a zip (see _members); None, with a note, if it cannot be read."""
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as e:
-        sub.notes.append(f"{path.name} is not a readable zip file ({e})")
-        return []
+        sub.notes.append(f"{prefix if prefix.parts else path.name} is not a readable zip file ({e})")
+        return None
+    return _members(archive, sub, prefix, depth=1)
+
+
+def _members(archive: zipfile.ZipFile, sub: Submission, prefix: PurePosixPath, depth: int):
+    """(path, reader, size) of a zip's files, a zip inside it read the same way; paths under ``prefix``."""
     found = []
     for info in archive.infolist():
         if info.is_dir():
             continue
-        rel = PurePosixPath(info.filename.replace("\\", "/"))
+        filename = info.filename
+        if not info.flag_bits & 0x800:  # not marked UTF-8: zipfile read it as cp437; many zippers wrote UTF-8
+            try:
+                filename = filename.encode("cp437").decode("utf-8")
+            except UnicodeError:
+                pass
+        rel = PurePosixPath(_nfc(filename.replace("\\", "/")))
+        shown = f"{prefix}/{filename}" if prefix.parts else filename
         # Zip slip: a member that would land outside the folder it is extracted to.
         # Nothing is ever extracted here, but such a member is never graded either.
         if rel.is_absolute() or ".." in rel.parts or (rel.parts and rel.parts[0].endswith(":")):
-            sub.notes.append(f"skipped zip member {info.filename!r}: its path leaves the zip's folder")
+            sub.notes.append(f"skipped zip member {shown!r}: its path leaves the zip's folder")
             continue
-        if any(p in SKIPPED_DIRS or p.startswith(".") for p in rel.parts):
+        if not rel.parts or rel.name in SKIPPED_FILES or any(p in SKIPPED_DIRS or p.startswith(".") for p in rel.parts):
             continue
         if stat.S_ISLNK(info.external_attr >> 16):
-            sub.notes.append(f"skipped zip member {info.filename!r}: a symbolic link, not a file")
+            sub.notes.append(f"skipped zip member {shown!r}: a symbolic link, not a file")
             continue
-        found.append((rel, lambda info=info: archive.read(info), info.file_size))
+        rel = prefix / rel
+        if rel.suffix.lower() == ".zip":
+            found.extend(_inner_zip(archive, info, rel, sub, depth))
+            continue
+        found.append((rel, lambda archive=archive, info=info: archive.read(info), info.file_size))
     return found
 
 
-def _choose(candidates, sub: Submission) -> None:
-    """Pick each graded file (the shallowest copy), and say what was left aside and why."""
-    by_name: dict[str, list] = {}
-    for rel, read, size in candidates:
-        by_name.setdefault(rel.name, []).append((rel, read, size))
-    for name in GRADED_FILES:
-        copies = sorted(by_name.pop(name, []), key=lambda c: (len(c[0].parts), str(c[0])))
-        if not copies:
+def _inner_zip(archive: zipfile.ZipFile, info: zipfile.ZipInfo, rel: PurePosixPath, sub: Submission, depth: int):
+    """The files of a zip inside a zip, read in memory (within limits: a zip bomb is skipped, with a note)."""
+    if depth >= MAX_ZIP_DEPTH:
+        sub.notes.append(f"skipped {rel}: a zip {depth} zips deep; hand in one zip")
+        return []
+    if info.file_size > MAX_INNER_ZIP_BYTES:
+        sub.notes.append(f"skipped {rel}: {info.file_size} bytes is too large for a zip of graded files")
+        return []
+    try:
+        inner = zipfile.ZipFile(io.BytesIO(archive.read(info)))
+    except Exception as e:  # a corrupt or encrypted zip, in any of the ways zipfile reports one
+        sub.notes.append(f"{rel} is not a readable zip file ({e})")
+        return []
+    return _members(inner, sub, rel, depth + 1)
+
+
+def _package(candidates) -> PurePosixPath | None:
+    """The folder of a copy of the course's package among the files (a zip of a whole course folder):
+    one that holds a graded file and is named gqa_flash, or holds two of the course's own files too."""
+    paths = {c[0] for c in candidates}
+    folders = {p.parent for p in paths if p.name in GRADED_FILES}
+    packages = [f for f in folders
+                if f.name == layout.PACKAGE_DIR.name or sum(f / n in paths for n in COURSE_FILES) >= 2]
+    return min(packages, key=lambda f: (len(f.parts), str(f))) if packages else None
+
+
+def _choose(candidates, sub: Submission) -> list[PurePosixPath]:
+    """Pick each graded file, and say what was left aside and why; returns the files not taken for one."""
+    first_note = len(sub.notes)
+    package, course_files = _package(candidates), 0
+    if package is not None:  # a whole course folder: only the package's graded files, and its student's own
+        own = [c for c in candidates if c[0].parent == package and c[0].name not in COURSE_FILES]
+        course_files, candidates = len(candidates) - len(own), own
+    claims: dict[str, list[tuple]] = {}
+    ignored: list[tuple] = []
+    for candidate in candidates:
+        name = graded_name(candidate[0].name)
+        (claims.setdefault(name.graded, []) if name.graded else ignored).append((candidate, name))
+    taken: dict[str, PurePosixPath] = {}
+    for graded in GRADED_FILES:
+        ranked = sorted(claims.get(graded, []),
+                        key=lambda cn: (cn[1].rank, len(cn[0][0].parts), -cn[1].again, str(cn[0][0])))
+        if not ranked:
             continue
-        rel, read, size = copies[0]
-        if len(copies) > 1:
-            others = ", ".join(str(c[0]) for c in copies[1:])
-            sub.notes.append(f"found {len(copies)} copies of {name}: graded {rel}, ignored {others}")
+        (rel, read, size), name = ranked[0]
+        if len(ranked) > 1:
+            sub.notes.append(_rivals(graded, ranked))
+        if name.rank:
+            sub.notes.append(f"graded {rel} as {graded} ({name.why})")
         if size > MAX_FILE_BYTES:
             sub.notes.append(f"skipped {rel}: {size} bytes is too large for a graded module")
             continue
-        content = read()
+        try:
+            content = read()
+        except Exception as e:  # a corrupt or encrypted zip member
+            sub.notes.append(f"skipped {rel}: it cannot be read ({type(e).__name__}: {e})")
+            continue
         if len(content) > MAX_FILE_BYTES:
             sub.notes.append(f"skipped {rel}: too large for a graded module")
             continue
-        sub.files[name] = content
-    # A near miss is worth a note each; the rest (a whole course folder, say) one line in all.
-    others = 0
-    for name, copies in sorted(by_name.items()):
-        near = difflib.get_close_matches(name.lower().replace(" ", "_"), GRADED_FILES, n=1, cutoff=0.75)
-        if near and name.endswith(".py"):
-            sub.notes.extend(f"ignored {c[0]}: not a graded file name (did you mean {near[0]}?)" for c in copies)
+        sub.files[graded], taken[graded] = content, rel
+    if package is not None and course_files:
+        where = f"its package {package}/" if package.parts else "the package at its top"
+        sub.notes.insert(first_note, f"a whole course folder: graded {', '.join(taken) or 'no file'} from "
+                                     f"{where}, ignored its other {course_files} files")
+    _name_the_ignored(ignored, taken, sub)
+    students = {n.who for _, n in ignored + [cn for claim in claims.values() for cn in claim] if n.who}
+    students |= {_nfc(m["who"]) for c in candidates for p in c[0].parts[:-1] if (m := MOODLE_FOLDER.match(p))}
+    if len(students) > 1:
+        sub.notes.append(f"these files are {len(students)} students' ({', '.join(sorted(students))}): "
+                         "grade each student's files as a submission of its own")
+    return [c[0] for c, _ in ignored]
+
+
+def _rivals(graded: str, ranked: list[tuple]) -> str:
+    """'found 2 files for naive.py: graded naive.py (its exact name), ignored hw_naive.py'."""
+    (win, _, _), best = ranked[0]
+    others = ", ".join(str(c[0]) for c, _ in ranked[1:])
+    if all(n.rank == 0 for _, n in ranked):
+        return f"found {len(ranked)} copies of {graded}: graded {win}, ignored {others}"
+    (second, _, _), next_best = ranked[1]
+    if best.rank < next_best.rank:
+        why = "its exact name" if best.rank == 0 else "a platform's name for it"
+    elif len(win.parts) < len(second.parts):
+        why = "the shallowest"
+    elif best.again > next_best.again:
+        why = "the latest re-submission"
+    else:
+        why = "the first by name"
+    return f"found {len(ranked)} files for {graded}: graded {win} ({why}), ignored {others}"
+
+
+def _name_the_ignored(ignored: list[tuple], taken: dict[str, PurePosixPath], sub: Submission) -> None:
+    """A note for each file that looks meant to be graded (with its nearest graded name); one for the rest."""
+    rest = []
+    for (rel, _, _), _name in ignored:
+        near = _meant(rel)
+        found = f"; {near} is graded from {taken[near]}" if near in taken else ""
+        if near and not taken:
+            continue  # nothing else to grade: the line that stops the grader names this file
+        if rel.suffix.lower() == ".ipynb":
+            instead = found or (f"; hand in gqa_flash/{near}" if near else "")
+            sub.notes.append(f"ignored {rel}: notebooks are not graded{instead}")
+        elif near and found:
+            sub.notes.append(f"ignored {rel}: not a graded file name{found}")
+        elif near:
+            sub.notes.append(f"ignored {rel}: not a graded file name (did you mean {near}?)")
         else:
-            others += len(copies)
-    if others:
-        sub.notes.append(f"ignored {others} other file{'s' * (others != 1)}: only {', '.join(GRADED_FILES)} are graded")
+            rest.append(str(rel))
+    if rest:
+        named = ", ".join(rest[:MAX_NAMED]) + (f" and {len(rest) - MAX_NAMED} more" if len(rest) > MAX_NAMED else "")
+        sub.notes.append(f"ignored {named}: only {', '.join(GRADED_FILES)} are graded")
 
 
 def _check_code(name: str, content: bytes) -> list[str]:
