@@ -229,3 +229,63 @@ def test_broadcast_error_is_translated_for_any_kernel():
     assert message == "two blocks of shapes [4, 8] and [1, 4] do not broadcast together (axis 1: 8 against 4)"
     assert "a vector of 4 values, one per row of the [4, 8] block, is expanded into a row" in cause
     assert "wrong axis or missing" in hint
+
+
+# --- a student trial's findings (issue 36): each names the real mistake, in the right part ---------------------
+
+
+def test_a_fixed_dtype_cast_in_tl_dot_is_the_mistake(tmp_path, monkeypatch):
+    plant(tmp_path, monkeypatch, ("tl.dot(p.to(v.dtype), v,", "tl.dot(p.to(tl.float16), v,", 1))
+    v = failing(kernel_parts.check_online_softmax_update, 4)  # the first case's v is fp32
+    assert v.message == "tl.dot gets operands of two dtypes, fp16 and fp32", str(v)
+    assert v.cause.startswith("`p.to(tl.float16)` casts to a fixed dtype, fp16, and `v` is fp32"), str(v)
+    assert "p.to(v.dtype)" in v.hint and "v.to(" not in v.hint, str(v)
+
+
+def test_swapped_arguments_of_mask_scores_blame_the_call_in_part_3(tmp_path, monkeypatch):
+    call = "s = _mask_scores(s, offs_m, offs_n,"
+    plant(tmp_path, monkeypatch, (call, call.replace("offs_m, offs_n", "offs_n, offs_m"), 1))
+    assert kernel_parts.check_mask_scores.verdict().ok
+    v = failing(kernel.check_forward, 3)
+    assert "the call in _key_loop passes its arguments in the wrong order" in v.cause, str(v)
+    assert "_mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL)" in v.hint, str(v)
+    assert "(the call in Part 3)" in v.where, str(v)
+
+
+def test_a_reduction_on_the_wrong_axis_is_named(tmp_path, monkeypatch):
+    plant(tmp_path, monkeypatch, ("m_new = tl.maximum(m_i, tl.max(s, 1))", "m_new = tl.maximum(m_i, tl.max(s, 0))", 1))
+    v = failing(kernel_parts.check_online_softmax_update, 4)
+    assert v.message.startswith("two blocks of shapes [16] and [32] do not broadcast"), str(v)
+    assert v.cause.startswith("`tl.max(s, 0)` reduces axis 0") and "wrong axis" in v.cause, str(v)
+    assert "reduces axis 1" in v.hint and "[:, None]" not in v.hint, str(v)
+
+
+def test_scores_without_transposing_k_are_named(tmp_path, monkeypatch):
+    plant(tmp_path, monkeypatch, (_SCORES, _SCORES.replace("tl.trans(k)", "k"), 2))
+    v = failing(kernel_walk.check_key_loop, 3)
+    assert v.message.startswith("the two blocks of tl.dot do not fit: [32, 128] by [16, 128]"), str(v)
+    assert "`k` must be transposed" in v.cause and "q·kᵀ" in v.cause, str(v)
+    assert "tl.trans(k)" in v.hint, str(v)
+
+
+def test_phase_two_scale_without_log2e_is_named(tmp_path, monkeypatch):
+    masked = _SCORES + "        s = _mask_scores"
+    plant(tmp_path, monkeypatch, (masked, masked.replace(" * qk_scale", " * qk_scale * 0.6931471805599453"), 1))
+    v = failing(kernel_walk.check_key_loop, 3)
+    assert v.message == "computes the wrong scores", str(v)
+    assert v.cause.startswith("log2(e) is missing from the scale in phase 2"), str(v)
+
+
+def test_lse_stored_with_o_row_stride_is_named(tmp_path, monkeypatch):
+    plant(tmp_path, monkeypatch, ("offs_m * stride_ln", "offs_m * stride_on", 1))
+    v = failing(kernel_parts.check_epilogue, 6)
+    assert v.cause.startswith("the LSE's rows are stored 16 elements apart (O's row stride, stride_on)"), str(v)
+
+
+def test_the_kernel_not_run_says_why_at_once(tmp_path, monkeypatch):
+    plant(tmp_path, monkeypatch, ("ptrs = base + rows[:, None] * stride_row + cols[None, :] * stride_col",
+                                  "ptrs = base + rows[:, None] * stride_col + cols[None, :] * stride_row", 1))
+    v = kernel.check_forward.verdict()
+    assert not v.ok and v.cause is None, str(v)
+    assert v.message.startswith("not run yet: the whole kernel is not run until forward.py Part 2"), str(v)
+    assert verdict.staged(v) == str(v)  # no cause held back: step one shows it all

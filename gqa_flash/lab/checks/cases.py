@@ -5,15 +5,22 @@ ragged length, fp16, a strided layout...) and names the part it isolates, so
 that a wrong answer there points at that part. :func:`kv_index` is the map
 from query head to KV head, right or wrong in one of the ways students get it
 wrong; the float64 replays of naive.py's mistakes use it (tiled.py's answers are stored: replays.py).
+:func:`attention64` is attention with any set of hidden keys, for mistakes that hide the wrong ones.
+:func:`run_torch` runs the student's PyTorch code as :func:`run_student` does, and names the mistake
+behind the usual crashes (Python's ``max`` on tensors; a check's own ``diagnose`` for the others).
 """
 
+import dataclasses
+import linecache
 import math
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from gqa_flash import testing
-from gqa_flash.lab.checks.verdict import fmt
+from gqa_flash import impl, testing
+from gqa_flash.lab.checks.verdict import Stop, fmt, run_student
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -74,3 +81,58 @@ def where_attention(problem, case: Case, with_tile=False) -> str:
         t = i // case.block_m
         text += f"query tile {t} (rows {t * case.block_m}-{min((t + 1) * case.block_m, case.seq_len) - 1}), "
     return text + f"row {i}, column {c}: got {fmt(problem.got)}, expected {fmt(problem.expected)}"
+
+
+def attention64(q, k, v, sm_scale, hide=None):
+    """Attention in float64 (GQA heads mapped), with -inf where the [N, N] bool table ``hide`` is True."""
+    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    idx = kv_index(q.shape[1], k.shape[1])
+    s = (q @ k[:, idx].transpose(-1, -2)) * sm_scale
+    if hide is not None:
+        s = s.masked_fill(hide, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v[:, idx]
+
+
+# --- crashes of PyTorch code, named ---------------------------------------------------------------
+
+
+def student_frame(exc: BaseException, module: str):
+    """(locals, source line) of the deepest frame of ``module``'s file in ``exc``'s traceback, or (None, "")."""
+    path = Path(getattr(impl.load(module), "__file__", "") or impl.path_of(module)).resolve()
+    found, tb = (None, ""), exc.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
+            found = (tb.tb_frame.f_locals, linecache.getline(str(path), tb.tb_lineno).strip())
+        tb = tb.tb_next
+    return found
+
+
+def builtin_on_tensors(exc: BaseException, line: str):
+    """Python's ``max`` or ``min`` of two tensors: the fields that name it, or None."""
+    names = re.findall(r"(?<![\w.])(max|min)\s*\(", line)
+    if not names or "Boolean value of Tensor" not in str(exc):
+        return None
+    name = names[0]
+    return dict(cause=f"Python's built-in {name} on tensors: {name}(a, b) compares a with b as a whole and needs "
+                      "one True or False, which a tensor of many values does not have",
+                hint=f"use torch.{name}imum(a, b), the elementwise {name}imum of two tensors "
+                     f"(torch.a{name}(x, dim=...) reduces one tensor along a dimension)")
+
+
+def run_torch(module: str, fn, *args, part=None, diagnose=None, **kwargs):
+    """:func:`run_student`, with the mistake behind a crash named where it is a usual one.
+
+    ``diagnose(exc, frame_locals, line)`` may return the fields of the verdict to change (``what``,
+    ``message``, ``cause``, ``hint``...) for a crash it recognises, else None.
+    """
+    try:
+        return run_student(module, fn, *args, part=part, **kwargs)
+    except Stop as stop:
+        exc = stop.__context__  # run_student raises its verdict from the exception, `from None`
+        if exc is None or not stop.verdict.message.startswith("your code raised"):
+            raise
+        local, line = student_frame(exc, module)
+        found = builtin_on_tensors(exc, line) or (diagnose and local is not None and diagnose(exc, local, line))
+        if not found:
+            raise
+        raise Stop(dataclasses.replace(stop.verdict, **found)) from None

@@ -22,8 +22,10 @@ from gqa_flash.lab.checks import replays
 from gqa_flash.lab.checks.cases import Case, kv_of
 from gqa_flash.lab.checks.kernel_parts import PART_CHECKS
 from gqa_flash.lab.checks.verdict import (
-    Stop, Verdict, fail, load, matches, prints_verdict, run_student, shape_problem, tol,
+    PARTS, Stop, Verdict, _file_of, _part_regions, fail, load, matches, prints_verdict, rel, run_student,
+    shape_problem, tol,
 )
+from gqa_flash.lab.checks.verdict import what as part_what  # check_forward's `what` is the output's name
 from gqa_flash.reference import reference_attention
 
 
@@ -272,6 +274,44 @@ def _scale_mistake(out, lse, q, k, v, case: Case):
     return None
 
 
+# Helpers that Part 3 calls with arguments of its own making: a crash inside one of them, while its own check
+# (which calls it with the right arguments) passes, is the call's mistake.
+_CALLED_BY_KEY_LOOP = (4, 5)
+
+
+def _calls_in_key_loop(helper: str) -> list[int]:
+    """The lines of Part 3 (_key_loop) in the checked file that call ``helper``."""
+    path = _file_of("forward")
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    return [n for first, last, part in _part_regions(path) if part == 3 for n in range(first, last + 1)
+            if f"{helper}(" in lines[n - 1] and not lines[n - 1].strip().startswith("#")]
+
+
+def _blame_the_call(crash: Verdict, part_verdicts, fwd) -> Verdict:
+    """A crash inside Part 4 or 5 whose own check passes, as Part 3's: its call passes the wrong arguments."""
+    part = next((p for p in _CALLED_BY_KEY_LOOP if crash.what == part_what("forward", p)), None)
+    if part is None or not part_verdicts[part - 1].ok or crash.cause is None:
+        return crash
+    helper = PARTS["forward"][part]
+    params = ", ".join(getattr(getattr(fwd, helper, None), "arg_names", None) or ())
+    calls = _calls_in_key_loop(helper)
+    where = crash.where
+    if calls:
+        lines = f"{'line' if len(calls) == 1 else 'lines'} {', '.join(map(str, calls))}"
+        where = (f"{rel('forward')}, {lines} (the call in Part 3); the error is raised inside Part {part}"
+                 + (f", at {crash.where}" if crash.where else ""))
+    return fail("forward", 3, f"{crash.message}, inside {part_what('forward', part)}, which passes its own check",
+                where=where,
+                cause=(f"{part_what('forward', part)} passes its own check, where the probe calls it with the right "
+                       "arguments; in the kernel Part 3 calls it, so the blocks it gets are wrong: the call in "
+                       f"_key_loop passes its arguments in the wrong order, or the wrong ones ({crash.cause})"),
+                hint=(f"compare the call of {helper} in _key_loop with its signature, {helper}({params})"
+                      + (": which offsets are the query rows, and which the keys" if part == 5 else "")))
+
+
 @prints_verdict
 def check_forward(part_verdicts=None):
     """forward.py, the whole kernel: its six parts first, then the kernel on four cases."""
@@ -280,10 +320,14 @@ def check_forward(part_verdicts=None):
         part_verdicts = [check.verdict() for check in PART_CHECKS]
     broken = next((v for v in part_verdicts if not v.ok), None)
     unsafe = _unsafe_part(dict(enumerate(part_verdicts, start=1)))
-    if unsafe is not None:
-        return fail("forward", None, "not run yet", cause=_not_run(unsafe))
+    if unsafe is not None:  # no cause: the reason shows at once
+        return fail("forward", None, f"not run yet: {_not_run(unsafe)}",
+                    hint=f"make {unsafe.what}'s own check pass first (its verdict is above), then re-run this cell")
     for case in _forward_cases():
-        q, k, v, n_kb, result = _run_kernel(fwd, case)
+        try:
+            q, k, v, n_kb, result = _run_kernel(fwd, case)
+        except Stop as stop:
+            raise Stop(_blame_the_call(stop.verdict, part_verdicts, fwd)) from None
         out, lse = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
         ref, ref_lse = reference_attention(q, k, v, causal=case.causal, sm_scale=case.sm_scale)
         shape = shape_problem(out, ref.shape) or shape_problem(lse, ref_lse.shape, "the LSE")

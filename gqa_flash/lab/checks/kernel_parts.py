@@ -255,6 +255,20 @@ def _stored_elsewhere(label, buffer, others):
 _EPI_SLOT = (1, 2)  # the probe writes batch 1, head 2 of a [2, 3, BLOCK_M, HEAD_DIM_PAD] buffer
 
 
+def _lse_row_stride(buffer, want, o_row_stride):
+    """(cause, hint) when the LSE's rows were stored at another row stride than its own (1), else (None, None)."""
+    t = testing.LSE_TOLERANCE
+    base = (_EPI_SLOT[0] * 3 + _EPI_SLOT[1]) * _EPI["BLOCK_M"]
+    for stride in range(2, (buffer.numel() - 1 - base) // max(1, len(want) - 1) + 1):
+        got = buffer[base + stride * torch.arange(len(want))]
+        if matches(got, want, t["atol"], t["rtol"]):
+            whose = " (O's row stride, stride_on)" if stride == o_row_stride else ""
+            return (f"the LSE's rows are stored {stride} elements apart{whose}: the LSE is [B, H, N] with rows 1 "
+                    "apart (its own row stride, stride_ln), so row 1 and the rows after it land in other heads, "
+                    "or past the tensor", "step the LSE's rows with the LSE's own row stride")
+    return None, None
+
+
 @prints_verdict
 def check_epilogue():
     """forward.py Part 6, alone: normalise; store O and the LSE in their batch and head, and nothing else."""
@@ -269,10 +283,12 @@ def check_epilogue():
         # Buffers larger than O and LSE: rows past SEQ_LEN and columns past HEAD_DIM exist in them,
         # holding a sentinel, so a store that should have been masked shows.
         o = torch.full((2, 3, bm, dp), _SENTINEL, dtype=dtype, device=dev())
-        lse = torch.full((2, 3, bm), _SENTINEL, dtype=torch.float32, device=dev())
+        # The LSE's buffer goes on past its end (as far as O's), so a store at a wrong row stride lands there.
+        lse_buf = torch.full((o.numel(),), _SENTINEL, dtype=torch.float32, device=dev())
+        lse = lse_buf[: 2 * 3 * bm].view(2, 3, bm)
         launch(6, probes["epilogue"], (1,), acc.to(dev()), l.to(dev()), m.to(dev()), o, lse, b, h,
                *o.stride(), *lse.stride(), n, d, **_EPI)
-        o, lse = o.cpu().double(), lse.cpu().double()
+        o, lse, lse_buf = o.cpu().double(), lse.cpu().double(), lse_buf.cpu().double()
         if (o == _SENTINEL).all() and (lse == _SENTINEL).all():
             return fail("forward", 6, "stores nothing", where=f"case \"{name}\"",
                         cause="the placeholder is still there", hint="store O and the LSE")
@@ -295,6 +311,8 @@ def check_epilogue():
                                             for bug, text, fix in _EPILOGUE_MISTAKES], **t) or (None, None)
             if cause is None and (got == _SENTINEL).all():
                 cause, hint = _stored_elsewhere(label, (o, lse)[pick], others)
+            if cause is None and label == "LSE":
+                cause, hint = _lse_row_stride(lse_buf, _epilogue64(acc, l, m)[1][:n], o.shape[-1])
             return fail("forward", 6, f"{label} does not match the float64 reference",
                         where=f"case \"{name}\": {at(problem)}", cause=cause, hint=hint)
         if not (mine_o[n:] == _SENTINEL).all() or not (mine_lse[n:] == _SENTINEL).all():

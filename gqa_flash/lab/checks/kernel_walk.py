@@ -308,6 +308,7 @@ def _which_slice(got, x, row0, br, bc, b, h):
 _LOOP = dict(BLOCK_M=32, BLOCK_N=16, HEAD_DIM=128)
 _LOOP_SEQ_LEN = 72  # 3 query tiles, the last one ragged; 5 key blocks, the last one ragged
 _LOOP_QK_SCALE = 0.3 * 1.4426950408889634  # the score probe's qk_scale: sm_scale 0.3, times log2(e)
+_LN2 = 0.6931471805599453  # 1 / log2(e): the factor of a scale without log2(e)
 
 
 def _phase_bounds(n, bm, bn, causal, tile):
@@ -488,7 +489,32 @@ def _score_problem(probes, q, k, v, causal, b, h):
     for variant, cause, hint in _SCORE_MISTAKES:
         if matches(got, _scores64(q, k_bh, v_bh, causal, variant)[0], atol, rtol):
             return where, cause, hint
-    return where, None, None
+    return (where, *_scale_factor_cause(got, want, phase1))
+
+
+def _scale_factor_cause(got, want, phase1):
+    """(cause, hint) when one phase's scores (or both) are the right ones times a constant, else (None, None)."""
+    wrong = {}
+    for phase, region in ((1, phase1), (2, ~phase1)):
+        sel = region & (want.abs() > 1e-3)
+        if not sel.any():
+            continue
+        ratio = got[sel].double() / want[sel]
+        factor = float(ratio.median())
+        if not torch.allclose(ratio, torch.full_like(ratio, factor), rtol=1e-2, atol=1e-3):
+            return None, None  # not a constant factor
+        if abs(factor - 1) > 1e-2:
+            wrong[phase] = factor
+    if not wrong:
+        return None, None
+    phases = "both phases" if len(wrong) == 2 else f"phase {next(iter(wrong))}"
+    factor = next(iter(wrong.values()))
+    if all(abs(f - _LN2) < 1e-2 for f in wrong.values()):
+        return (f"log2(e) is missing from the scale in {phases}: the scores there are q·k times sm_scale alone "
+                "(qk_scale times ln 2), not in the log2 units that Part 4 expects",
+                f"multiply q·kᵀ by qk_scale, which holds sm_scale and log2(e) together, in {phases}")
+    return (f"the scores of {phases} are the right ones times {factor:.4g}: a constant factor too many in their "
+            "scale", "multiply q·kᵀ by qk_scale alone, in both phases")
 
 
 def _part2_problem():

@@ -26,7 +26,8 @@ def naive64(q, k, v, causal, sm_scale, kv="div", mask="future", scale="mul", sof
     if causal and mask != "none":
         n = q.shape[2]
         ones = torch.ones(n, n, dtype=torch.bool)
-        hide = {"future": ones.triu(1), "diag": ones.triu(0), "past": ones.tril(-1)}.get(mask, ones.triu(1))
+        hide = {"future": ones.triu(1), "diag": ones.triu(0), "past": ones.tril(-1), "tril0": ones.tril(0),
+                "tril1": ones.tril(1)}.get(mask, ones.triu(1))
         s = s.masked_fill(hide, 0.0 if mask == "zero" else float("-inf"))
     if softmax == "queries":
         p = torch.softmax(s, dim=-2)
@@ -49,7 +50,7 @@ _NAIVE_CASES = [
          layout="strided", seed=6),
 ]
 
-# (part, the switches of naive64 that replay the mistake, what to tell the student)
+# (part, the switches of naive64 that replay the mistake, what to tell the student[, the fix])
 _NAIVE_MISTAKES = [
     (1, dict(kv="mod"), "% instead of //: query head h reads KV head h // (n_q_heads // n_kv_heads) "
                         "(consecutive query heads share one KV head); h % n_kv_heads deals them out in turn"),
@@ -61,6 +62,12 @@ _NAIVE_MISTAKES = [
     (2, dict(mask="diag"), "mask off by one: the diagonal (key j == query i) stays visible; "
                            "mask with triu(diagonal=1), not triu(diagonal=0)"),
     (2, dict(mask="past"), "the mask is transposed: it hides the past (j < i) instead of the future (j > i)"),
+    (2, dict(mask="tril1"), "the mask is the lower triangle (tril), not the upper: it hides the past, the diagonal "
+                            "and the key just after it, and keeps the rest of the future visible",
+     "mark the future, the triangle above the diagonal, with triu"),
+    (2, dict(mask="tril0"), "the mask is the lower triangle (tril), not the upper: it hides the past and the "
+                            "diagonal, and keeps the future visible",
+     "mark the future, the triangle above the diagonal, with triu"),
     (2, dict(mask="zero"), "masked scores are set to 0, not -inf: exp(0) = 1 still gives the future a weight"),
     (3, dict(softmax="queries"), "softmax over the wrong dimension: normalise each row over the keys (dim=-1)"),
     (3, dict(softmax="unnormalised"), "the probabilities are not normalised: divide by the row sums "
@@ -87,13 +94,13 @@ def check_naive():
         if problem is None:
             continue
         variants = [
-            ((part, text), (lambda kw=kw: naive64(q, k, v, case.causal, case.scale, **kw)))
-            for part, kw, text in _NAIVE_MISTAKES
+            ((part, text, hint[0] if hint else None), (lambda kw=kw: naive64(q, k, v, case.causal, case.scale, **kw)))
+            for part, kw, text, *hint in _NAIVE_MISTAKES
         ]
         found = first_cause(out, variants, **tol(case.dtype))
-        part, cause = found if found else (case.part, None)
+        part, cause, hint = found if found else (case.part, None, None)
         raise Stop(fail("naive", part, "does not match the float64 reference",
-                        where=where_attention(problem, case), cause=cause))
+                        where=where_attention(problem, case), cause=cause, hint=hint))
     return Verdict(True, what("naive", (1, 3)),
                    f"{len(_NAIVE_CASES)} cases match the float64 reference "
                    "(MHA, GQA, MQA; causal and not; fp32 and fp16; strided)")

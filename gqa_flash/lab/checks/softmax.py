@@ -12,9 +12,9 @@
 import torch
 
 from gqa_flash import api, testing
+from gqa_flash.lab.checks.cases import run_torch
 from gqa_flash.lab.checks.verdict import (
-    PARTS, Stop, Verdict, fail, first_cause, fmt, load, matches, prints_verdict, run_student, shape_problem, tol,
-    what,
+    Stop, Verdict, fail, first_cause, fmt, load, matches, prints_verdict, shape_problem, tol, what,
 )
 from gqa_flash.reference import reference_softmax
 
@@ -37,14 +37,17 @@ def _where_row(case_name, index, label, got, expected):
 def _state_mismatch(part, case_name, got_pair, ref_pair, cause_of):
     """Compare (m, l) with the float64 (m, l); on the first wrong one, stop with a FAIL for ``part``.
 
-    ``cause_of(label, got)`` says the likely cause of a wrong ``label`` ("m" or "l").
+    ``cause_of(label, got)`` says the likely cause of a wrong ``label`` ("m" or "l"): a text, or a pair
+    (cause, hint).
     """
     for label, got, ref in zip(("m", "l"), got_pair, ref_pair):
         problem = testing.mismatch(label, got, ref, labels=("row",) * ref.dim(), **_STATE_TOL)
         if problem is not None:
+            cause = cause_of(label, got)
+            cause, hint = cause if isinstance(cause, tuple) else (cause, None)
             raise Stop(fail("online_softmax", part, "does not match the float64 reference",
                             where=_where_row(case_name, problem.index, label, problem.got, problem.expected),
-                            cause=cause_of(label, got)))
+                            cause=cause, hint=hint))
 
 
 def _pair(result, name, part):
@@ -94,7 +97,7 @@ def check_block_state():
     """online_softmax.py Part 1: the state (m, l) of one block."""
     mod = load("online_softmax")
     for name, x in _softmax_rows():
-        m, l = _pair(run_student("online_softmax", mod.block_state, x.clone(), part=1), "block_state", 1)
+        m, l = _pair(run_torch("online_softmax", mod.block_state, x.clone(), part=1), "block_state", 1)
         m_ref, l_ref = _state64(x)
         for label, got, ref in (("m", m, m_ref), ("l", l, l_ref)):
             shape = shape_problem(got, ref.shape, label)
@@ -139,11 +142,13 @@ def _merge64(m_a, l_a, m_b, l_b, how="right"):
 
 
 _MERGE_MISTAKES = [
-    ("no_rescale", "missing rescale: each partial sum was taken against its own maximum; "
-                   "multiply l_a by exp(m_a - m) and l_b by exp(m_b - m) before adding"),
-    ("inverted", "the rescale is inverted: exp(m_a - m) (<= 1) shrinks l_a to the new maximum"),
-    ("nan_empty", "two empty parts (m = -inf on both sides) give NaN: exp(-inf - (-inf)) is NaN; "
-                  "subtract 0 where the new maximum is -inf"),
+    ("no_rescale", ("the sums are added without rescaling: l equals l_a + l_b, but l_a was taken against m_a "
+                    "and l_b against m_b, so their terms are on different scales",
+                    "bring each sum to the common max m before adding: l_x times exp(m_x - m), for x = a and b")),
+    ("inverted", ("the rescale is inverted: l_a is multiplied by exp(m - m_a) (>= 1), which grows it",
+                  "exp(m_a - m) (<= 1) shrinks l_a to the new maximum")),
+    ("nan_empty", ("two empty parts (m = -inf on both sides) give NaN: exp(-inf - (-inf)) is NaN",
+                   "subtract 0 where the new maximum is -inf")),
 ]
 
 
@@ -152,11 +157,11 @@ def check_merge_states():
     """online_softmax.py Part 2: merging the states of two parts of the same rows."""
     load("online_softmax")
     for name, state in _merge_cases():
-        m, l = _pair(run_student("online_softmax", api.merge_softmax_states, *state, part=2), "merge_states", 2)
+        m, l = _pair(run_torch("online_softmax", api.merge_softmax_states, *state, part=2), "merge_states", 2)
 
         def cause(label, got, state=state):
             if label == "m":
-                return "m must be the larger of the two maxima: torch.maximum(m_a, m_b)"
+                return ("m is not the larger of the two maxima", "m = torch.maximum(m_a, m_b), elementwise")
             return first_cause(got, [(text, _merge64(*state, how)[1]) for how, text in _MERGE_MISTAKES],
                                **_STATE_TOL)
 
@@ -183,21 +188,42 @@ def _online_cases():
     ]
 
 
+def _softmax_reading(x64, read):
+    """The softmax that pass 2 computes from the state of the columns ``read`` (a [n] bool) alone."""
+    m, l = _state64(x64[..., read])
+    return torch.exp(x64 - m[..., None]) / l[..., None]
+
+
 def _online_cause(out, x, block):
-    """Part 1 or 2 failing its own check, else the usual mistakes of the block loop."""
+    """(part, cause, hint): Part 1 or 2 failing its own check, else the usual mistakes of the block loop."""
     for part, check in ((1, check_block_state), (2, check_merge_states)):
-        if not check.verdict().ok:
-            return f"Part {part} ({PARTS['online_softmax'][part]}) fails its own check: fix it first"
+        verdict = check.verdict()
+        if not verdict.ok:
+            return part, f"{what('online_softmax', part)} fails its own check: {verdict.cause or verdict.message}", \
+                verdict.hint or f"run Part {part}'s check and fix it first"
     x64, n = x.to(torch.float64), x.shape[-1]
+    cols = torch.arange(n)
     tail = (n // block) * block if n % block else n - block
-    m_last, l_last = _state64(x64[..., tail:])
-    variants = [("only the last block's state is used: merge every block's state into the "
-                 "running (m, l) with merge_states", torch.exp(x64 - m_last[..., None]) / l_last[..., None])]
+    variants = [(("only the last block's state is used: the running (m, l) is replaced by each block's, "
+                  "not merged with it", "merge every block's state into the running (m, l) with merge_states"),
+                 lambda: _softmax_reading(x64, cols >= tail))]
     if tail > 0 and n % block:
-        m_head, l_head = _state64(x64[..., :tail])
-        variants.append(("the last, shorter block is skipped: loop with range(0, n, block_size)",
-                         torch.exp(x64 - m_head[..., None]) / l_head[..., None]))
-    return first_cause(out, variants, **tol(x.dtype))
+        variants.append((("the last, shorter block is skipped: its columns are never read",
+                          "loop with range(0, n, block_size): the last block may be shorter"),
+                         lambda: _softmax_reading(x64, cols < tail)))
+    for short in range(1, min(block, n - 1) + 1):
+        unread = f"the last column ({n - 1})" if short == 1 else f"the last {short} columns ({n - short}-{n - 1})"
+        verb = "is" if short == 1 else "are"
+        variants.append(((f"{unread} of the row {verb} never read: the first pass stops before the row's end",
+                          "the loop must start a block at every multiple of block_size below n, the row's length"),
+                         lambda short=short: _softmax_reading(x64, cols < n - short)))
+    if block > 1:
+        variants.append(((f"each block misses its last column (columns {block - 1}, {2 * block - 1}, ... are "
+                          "never read): a block's slice is one column short",
+                          "a block is the block_size columns from its start: x32[..., start:start + block_size]"),
+                         lambda: _softmax_reading(x64, (cols % block != block - 1) | (cols >= n // block * block))))
+    found = first_cause(out, variants, **tol(x.dtype))
+    return (3, *found) if found else (3, None, None)
 
 
 @prints_verdict
@@ -205,7 +231,7 @@ def check_online_softmax():
     """online_softmax.py Part 3: the streaming softmax, block after block."""
     load("online_softmax")
     for name, x, block in _online_cases():
-        out = run_student("online_softmax", api.online_softmax, x.clone(), block, part=3)
+        out = run_torch("online_softmax", api.online_softmax, x.clone(), block, part=3)
         ref = reference_softmax(x)
         shape = shape_problem(out, ref.shape)
         if shape:
@@ -216,9 +242,10 @@ def check_online_softmax():
         problem = testing.mismatch("softmax", out, ref, labels=("row", "column"), **tol(x.dtype))
         if problem is None:
             continue
-        raise Stop(fail("online_softmax", 3, "does not match the float64 reference",
+        part, cause, hint = _online_cause(out, x, block)
+        raise Stop(fail("online_softmax", part, "does not match the float64 reference",
                         where=f"case \"{name}\": row {problem.index[0]}, column {problem.index[1]}: "
                               f"got {fmt(problem.got)}, expected {fmt(problem.expected)}",
-                        cause=_online_cause(out, x, block)))
+                        cause=cause, hint=hint))
     return Verdict(True, what("online_softmax", 3),
                    "matches the float64 softmax for every block size, masked blocks and fp16 included")

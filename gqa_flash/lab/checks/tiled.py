@@ -13,7 +13,7 @@ import torch
 
 from gqa_flash import api, testing
 from gqa_flash.lab.checks import replays
-from gqa_flash.lab.checks.cases import Case, where_attention
+from gqa_flash.lab.checks.cases import Case, attention64, run_torch, where_attention
 from gqa_flash.lab.checks.verdict import (
     Stop, Verdict, fail, first_cause, fmt, load, prints_verdict, run_student, shape_problem, tol, what,
 )
@@ -66,12 +66,85 @@ _TILED_LSE_MISTAKES = [
     (5, "lse_log2_l", "the log of the running sum is in base 2; it must be the natural log"),
 ]
 
+def _computed_causes(q, k, v, case: Case):
+    """The mistakes that no stored answer replays, computed in float64: ((part, cause, hint), answer) pairs."""
+    n, scale = case.seq_len, case.scale
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    future = (j > i) if case.causal else torch.zeros(n, n, dtype=torch.bool)
+    last_row = (i % case.block_m == case.block_m - 1) | (i == n - 1)  # each query tile's last row
+    first_key_before = (j // case.block_n * case.block_n) <= (i // case.block_m * case.block_m)
+    causes = [
+        ((2, "the scores are not scaled by sm_scale: O matches attention with sm_scale = 1",
+          "multiply each tile of scores by sm_scale"), lambda: attention64(q, k, v, 1.0, future)),
+        ((2, "the scores are divided by sm_scale, not multiplied: O matches attention with 1 / sm_scale",
+          "multiply each tile of scores by sm_scale (it already is 1/sqrt(head_dim))"),
+         lambda: attention64(q, k, v, 1.0 / scale, future)),
+        ((2, "the scores are scaled twice: O matches attention with sm_scale squared",
+          "multiply each tile of scores by sm_scale once"), lambda: attention64(q, k, v, scale * scale, future)),
+    ]
+    if case.causal:
+        causes += [
+            ((2, "the causal key loop stops one key short: the last row of each query tile never sees its own "
+                 "key (the diagonal), though every row's own key is visible",
+              "a query tile needs every key up to and including its last row's, so the loop's bound is the "
+              "position just past that row"), lambda: attention64(q, k, v, scale, future | (last_row & (j == i)))),
+            ((3, "the tile is returned unmasked when its FIRST key is at or before the first query: a tile that "
+                 "crosses the diagonal starts there too, so its future keys stay visible",
+              "a tile is wholly visible only when its LAST key is at or before its first query; test that one"),
+             lambda: attention64(q, k, v, scale, future & ~first_key_before)),
+        ]
+    return causes
+
+
+def _tile_crash(case: Case):
+    """For run_torch: a size mismatch raised in Parts 3-5 whose tiles from Part 2 disagree, or a mask transposed."""
+
+    def diagnose(exc, local, line):
+        if "must match the size of tensor" not in str(exc):
+            return None
+        s, q_idx, k_idx, v_tile = (local.get(name) for name in ("s", "q_idx", "k_idx", "v_tile"))
+        if not isinstance(s, torch.Tensor) or s.dim() < 2:
+            return None
+        rows, keys = s.shape[-2:]
+        where = f"case \"{case.name}\" (length {case.seq_len}, block_m {case.block_m}, block_n {case.block_n})"
+        end = case.seq_len - 1
+        if isinstance(q_idx, torch.Tensor) and isinstance(k_idx, torch.Tensor):  # Part 3
+            if (len(q_idx), len(k_idx)) == (rows, keys):
+                if (rows, keys) != (keys, rows) and f"({rows})" in str(exc) and f"({keys})" in str(exc):
+                    return dict(message=f"the mask's shape does not fit the tile of scores [{rows} queries x "
+                                        f"{keys} keys] ({where})",
+                                cause=f"the mask is [keys, queries] ({keys} x {rows}), the transpose of the "
+                                      "scores' [queries, keys]: the key positions run down its column and the "
+                                      "query positions along its row",
+                                hint="put the query positions down a column ([:, None]) and the key positions "
+                                     "along a row ([None, :])")
+                return None
+            tile, got, positions = (("query", rows, q_idx) if len(q_idx) != rows else ("key", keys, k_idx))
+        elif isinstance(v_tile, torch.Tensor) and v_tile.dim() >= 2 and v_tile.shape[-2] != keys:  # Part 4
+            tile, got, positions = "key", keys, None
+        else:
+            return None
+        past = (f": its positions run to {int(positions[-1])}, past the last one, {end}"
+                if positions is not None and len(positions) and int(positions[-1]) > end else "")
+        return dict(what=what("tiled", 2), where=where,
+                    message=f"the tiles that Part 2 hands to Parts 3-5 have mismatched lengths: a tile of scores "
+                            f"with {got} {'rows' if tile == 'query' else 'keys'} arrives with "
+                            f"{len(positions) if positions is not None else 'a different number of'} "
+                            f"{tile} positions" + ("" if positions is not None else " (values)"),
+                    cause=f"the last {tile} tile is not cut at the sequence's end{past}; slicing the tensor "
+                          f"stops at the end by itself, so it holds only {got} {'rows' if tile == 'query' else 'keys'}",
+                    hint=f"end each {tile} tile at the smaller of its start plus its block size and the "
+                         "sequence's end (min), and build its positions and its slice from that one end")
+
+    return diagnose
+
+
 def _check_answers(case: Case):
     """O, then the LSE, of one case against the float64 reference; a wrong one stops the check."""
     # The case's stored inputs and the usual mistakes' answers on them (replays.py), if stored
     (q, k, v), answers = replays.stored("tiled", case.name, case.dtype) or (case.qkv(), {})
-    result = run_student("tiled", api.tiled_attention, q, k, v, causal=case.causal, block_m=case.block_m,
-                         block_n=case.block_n, return_lse=True, part=case.part)
+    result = run_torch("tiled", api.tiled_attention, q, k, v, causal=case.causal, block_m=case.block_m,
+                       block_n=case.block_n, return_lse=True, part=case.part, diagnose=_tile_crash(case))
     ref, ref_lse = reference_attention(q, k, v, causal=case.causal)
     out, lse = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
     shape = shape_problem(out, ref.shape) or shape_problem(lse, ref_lse.shape, "the LSE")
@@ -79,11 +152,11 @@ def _check_answers(case: Case):
         raise Stop(fail("tiled", 5, shape, where=f"case \"{case.name}\""))
     problem = testing.mismatch("O", out, ref, **tol(case.dtype))
     if problem is not None:
-        found = first_cause(out, [((p, t), answers[b]) for p, b, t in _TILED_MISTAKES if b in answers],
-                            **tol(case.dtype))
-        part, cause = found if found else (case.part, None)
+        found = first_cause(out, [((p, t, None), answers[b]) for p, b, t in _TILED_MISTAKES if b in answers]
+                            + _computed_causes(q, k, v, case), **tol(case.dtype))
+        part, cause, hint = found if found else (case.part, None, None)
         raise Stop(fail("tiled", part, "O does not match the float64 reference",
-                        where=where_attention(problem, case, with_tile=True), cause=cause))
+                        where=where_attention(problem, case, with_tile=True), cause=cause, hint=hint))
     problem = testing.mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
     if problem is not None:
         found = first_cause(lse, [((p, t), answers[b]) for p, b, t in _TILED_LSE_MISTAKES if b in answers],

@@ -88,13 +88,32 @@ def _call_args(line: str, name: str) -> list[str]:
     return [a.strip() for a in args + [current] if a.strip()]  # the call goes on on the next line
 
 
+# ``x.to(tl.float16)``, ``(a * b).to(tl.bfloat16, ...)``: a cast to a fixed dtype; group 1 is what is cast.
+_FIXED_CAST = re.compile(r"(.+?)\.to\(\s*(?:tl\.)?(float16|bfloat16|float32|float64|float8\w*)\s*(?:,[^()]*)?\)")
+
+
 def _dot_dtypes(left: str, right: str, line: str):
-    """tl.dot on two dtypes: (message, cause, hint), saying which operand to cast."""
+    """tl.dot on two dtypes: (message, cause, hint), saying which operand to bring to which dtype.
+
+    The operand computed in the kernel (probabilities, gradients: fp32) goes to the dtype of the one loaded from
+    the inputs, never to a fixed dtype: the inputs may be fp16, bf16 or fp32. An operand that the line already
+    casts to a fixed dtype (``p.to(tl.float16)``) is that mistake."""
     names = _call_args(line, "tl.dot") or _call_args(line, "dot")
     a, b = names[:2] if len(names) >= 2 else ("", "")
     what_a, what_b = (f"`{a}`", f"`{b}`") if a else ("the left operand", "the right operand")
     message = f"tl.dot gets operands of two dtypes, {left} and {right}"
     cause = f"{what_a} is {left} and {what_b} is {right}: tl.dot multiplies two blocks of one dtype"
+    fixed = [(arg, m) for arg, m in ((a, _FIXED_CAST.fullmatch(a)), (b, _FIXED_CAST.fullmatch(b))) if m]
+    if len(fixed) == 1:  # e.g. p.to(tl.float16) against v loaded in fp32
+        arg, m = fixed[0]
+        base, other = m.group(1), (b if arg == a else a)
+        base_text = base if base.isidentifier() else f"({base})"
+        target = f"{other}.dtype" if other.isidentifier() else "the other operand's dtype"
+        cause = (f"`{arg}` casts to a fixed dtype, {_SHORT.get(m.group(2), m.group(2))}, and `{other}` is "
+                 f"{right if arg == a else left}: the inputs may be fp16, bf16 or fp32, so a fixed dtype fits only "
+                 "some of them")
+        return message, cause, (f"bring `{base}` to the dtype of `{other}`, whatever it is: "
+                                f"{base_text}.to({target})")
     if (left == "fp32") == (right == "fp32"):
         return message, cause, "cast one operand to the other's dtype with .to(...)"
     cast, keep, to, which = (a, b, right, what_a) if left == "fp32" else (b, a, left, what_b)
@@ -107,6 +126,7 @@ def _dot_dtypes(left: str, right: str, line: str):
 
 
 _TL = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+_SHORT = {v: k for k, v in _TL.items()}
 
 
 def _block_shape(value):
@@ -133,7 +153,30 @@ def _broadcast_shapes(exc: BaseException):
     return None
 
 
-def _broadcast(exc: BaseException, axis: int, x: int, y: int):
+_REDUCTIONS = ("tl.max", "tl.min", "tl.sum", "tl.argmax", "tl.argmin")
+
+
+def _reduction_axis(line: str):
+    """(the call's text, its axis) of the first reduction with an axis in ``line`` (``tl.max(s, 0)``), or None."""
+    for name in _REDUCTIONS:
+        args = _call_args(line, name)
+        axis = next((a.split("=", 1)[1].strip() for a in args[1:] if a.replace(" ", "").startswith("axis=")),
+                    args[1] if len(args) > 1 and "=" not in args[1] else None)
+        if axis is not None and axis.lstrip("-").isdigit():
+            return f"{name}({', '.join(args)})", int(axis)
+    return None
+
+
+def _reduction_cause(call: str, axis: int):
+    """(cause, hint) of a reduction along the wrong axis: its result has the other axis's length."""
+    per, wanted = ("column", "row") if axis in (0, -2) else ("row", "column")
+    return (f"`{call}` reduces axis {axis}, the {wanted}s: it gives one value per {per}, where one value per "
+            f"{wanted} is wanted: the reduction is along the wrong axis",
+            "of a [rows, columns] block, axis 0 runs down the rows and axis 1 along a row (the keys, in a tile of "
+            "scores): one value per row (a row's max or sum) reduces axis 1, one value per column axis 0")
+
+
+def _broadcast(exc: BaseException, axis: int, x: int, y: int, line: str = ""):
     """Two blocks that do not broadcast: (message, cause, hint), naming their shapes."""
     shapes = _broadcast_shapes(exc)
     if shapes is None:
@@ -141,6 +184,9 @@ def _broadcast(exc: BaseException, axis: int, x: int, y: int):
                 "a vector is expanded on the wrong axis, or not at all", _AXES)
     a, b = shapes
     message = f"two blocks of shapes {a} and {b} do not broadcast together (axis {axis}: {x} against {y})"
+    reduction = _reduction_axis(line)
+    if reduction is not None and len(a) == len(b) == 1:  # two vectors: one of them came out of the reduction
+        return (message, *_reduction_cause(*reduction))
     vec, block = (a, b) if len(a) < len(b) or (len(a) == len(b) and 1 in a) else (b, a)
     cause = "a vector is expanded on the wrong axis, or not at all"
     if len(vec) == 1 and len(block) == 2 and vec[0] == block[0]:
@@ -198,6 +244,41 @@ def builtins_hint(names) -> str:
     return "use Triton's own: " + "; ".join(uses)
 
 
+def _dot_shapes(exc: BaseException):
+    """The shapes of tl.dot's two operands, read from Triton's own frame, or None."""
+    for e in _chain(exc):
+        tb = e.__traceback__
+        while tb is not None:
+            names = tb.tb_frame.f_locals
+            if tb.tb_frame.f_code.co_name == "dot" and "a_shape" in names and "b_shape" in names:
+                return [int(getattr(s, "value", s)) for s in names["a_shape"]], [
+                    int(getattr(s, "value", s)) for s in names["b_shape"]]
+            tb = tb.tb_next
+    return None
+
+
+def _dot_reduction(exc: BaseException, line: str):
+    """tl.dot of [M, K] by [N, K] (the right operand not transposed): (message, cause, hint)."""
+    shapes = _dot_shapes(exc)
+    args = _call_args(line, "tl.dot") or _call_args(line, "dot")
+    a, b = (f"`{x}`" for x in args[:2]) if len(args) >= 2 else ("the left operand", "the right operand")
+    if shapes is None:
+        return ("the two blocks of tl.dot do not fit: the left one's columns are not the right one's rows",
+                f"tl.dot multiplies an [M, K] block by a [K, N] one, and {b} is not [K, N]: it may need transposing",
+                "tl.trans(x) transposes a 2-D block")
+    sa, sb = shapes
+    message = (f"the two blocks of tl.dot do not fit: {sa} by {sb} (the left one's {sa[-1]} columns against the "
+               f"right one's {sb[-2]} rows)")
+    if len(sa) == len(sb) == 2 and sa[1] == sb[1]:  # q [BLOCK_M, D] against k [BLOCK_N, D]: a score tile
+        cause = (f"{a} is [{sa[0]}, {sa[1]}] and {b} is [{sb[0]}, {sb[1]}]: both hold their rows' vectors along "
+                 f"axis 1, so {b} must be transposed: the scores are q·kᵀ, and tl.dot multiplies [M, K] by [K, N]")
+        hint = (f"take the dot with tl.trans({args[1]}), a [{sb[1]}, {sb[0]}] block" if len(args) >= 2 else
+                "transpose the right operand with tl.trans")
+        return message, cause, hint
+    return (message, f"tl.dot multiplies an [M, K] block by a [K, N] one: {a} is {sa} and {b} is {sb}",
+            "tl.trans(x) transposes a 2-D block, if that is what is missing")
+
+
 def triton_error(exc: BaseException, line: str = ""):
     """(message, cause, hint) for Triton's usual errors, from the interpreter or a GPU's compiler, or None.
 
@@ -207,9 +288,11 @@ def triton_error(exc: BaseException, line: str = ""):
     m = re.search(r"Both operands must be same dtype\. Got (\w+) and (\w+)", text)
     if m:
         return _dot_dtypes(m.group(1), m.group(2), line)
+    if "input and other must have equal reduction dimensions" in text:
+        return _dot_reduction(exc, line)
     m = re.search(r"Cannot make_shape_compatible: incompatible dimensions at index (\d+): (\d+) and (\d+)", text)
     if m:
-        return _broadcast(exc, *(int(g) for g in m.groups()))
+        return _broadcast(exc, *(int(g) for g in m.groups()), line=line)
     names = [n for n in _BUILTIN_BLOCK_OPS if re.search(rf"(?<![\w.]){n}\s*\(", line)]
     if names and (any(isinstance(e, TypeError) for e in _chain(exc)) or any(n in text for n in names)):
         return (f"Python's built-in {' and '.join(names)} is called on a Triton block", builtins_cause(names),
