@@ -28,7 +28,7 @@ plain Python, ``.fn``). The switches that turn PyTorch's modes off are refused
 while it runs, and so, in the interpreter, is starting a thread (the modes are
 per thread). What it cannot stop: a submission written to defeat it (it runs in
 the tests' own process, and can patch this module, or bind a switch before the
-test starts); README, "What the grader does not stop"; the grader flags such
+test starts); docs/instructors.md, "What the grader does not stop"; the grader flags such
 names for review.
 """
 

@@ -6,7 +6,7 @@ modules would just add their startup time), several at a time; the
 solutions, graded alongside, must score 100.
 
 Each mutant must lose at least its ``loses`` points (the catalog says how
-many, by the rule in the README's grading section: a bug that shows in
+many, by the rule in docs/instructors.md's grading section: a bug that shows in
 ordinary use loses at least half its part), and always at least one test's.
 
 A mutant that keeps all its points is a hole in the graded tests: the

@@ -28,6 +28,8 @@ def _reader_texts() -> dict[str, str]:
         if p.name != "results.py":  # its docstring's examples read nothing
             texts[p.relative_to(COURSE).as_posix()] = p.read_text()
     texts["README.md"] = (COURSE / "README.md").read_text()
+    for p in sorted((COURSE / "docs").glob("*.md")):  # the README's own parts: the guide, the performance record
+        texts[p.relative_to(COURSE).as_posix()] = p.read_text()
     return texts
 
 
@@ -39,7 +41,7 @@ def files_read() -> dict[str, set[str]]:
     read: dict[str, set[str]] = {}
     for where, text in _reader_texts().items():
         names = {topics[t]["file"] for t in re.findall(r"[\"']([a-z0-9_]+)[\"']", text) if t in topics}
-        if where == "README.md" or where.startswith("notebooks/"):
+        if where == "README.md" or where.startswith(("notebooks/", "docs/")):
             names |= set(re.findall(r"\bh200_\w+\.(?:csv|log|txt)\b", text))
             for suffix in re.findall(r"\.\.\.(_\w+\.(?:csv|log|txt))", text):
                 ending = [row["file"] for row in topics.values() if row["file"].endswith(suffix)]

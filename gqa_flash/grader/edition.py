@@ -58,6 +58,7 @@ COURSE_DIR = layout.COURSE_DIR
 # What ships, as path prefixes of the course's own files (tracked by git, or on disk outside ignored folders).
 SHIPPED = (
     "gqa_flash/", "notebooks/", "tests/graded/", "tests/gpu/", "bench/", "pyproject.toml", "environment.yml",
+    "docs/api.md", "docs/performance.md",  # not docs/instructors.md: the instructor's guide stays here
     "course.mk", ".gitignore",
 )
 LEFT_OUT = (
@@ -140,6 +141,7 @@ gqa_flash/          naive.py online_softmax.py tiled.py forward.py backward.py d
 gqa_flash/fast/     the course's fastest kernels, fully written (notebook 05)
 gqa_flash/lab/      what the notebooks use: the checks, the pictures, the benchmark
 gqa_flash/grader/   the grader behind make grade
+docs/               api.md (the public API), performance.md (the kernels' speed, measured)
 tests/graded/       the graded tests (make test-graded)
 tests/              the edition's own checks (make test), tests/gpu/ on a GPU
 bench/              the scripts that measured notebooks/data/ on a GPU, and RESULTS.md

@@ -20,6 +20,12 @@ graded. For each one the grader
    :mod:`gqa_flash.grader.gradescope`), a CSV row per submission for a batch
    (``--csv``).
 
+A learning platform's bulk download (Canvas, Blackboard: one flat folder or zip
+of the whole class, ``garciajose_12345_678901_naive.py``...) is split into a
+submission per student (:mod:`gqa_flash.grader.downloads`), named
+``DOWNLOAD#STUDENT`` in the CSV (``canvas.zip#garciajose``) and
+``STUDENT.json`` in the results.
+
 A submission that holds nothing to grade (``Submission.stop``: an empty zip, a
 notebook only) runs no test: each part scores 0, with its one note.
 
@@ -36,6 +42,7 @@ Examples::
     python -m gqa_flash.grader alice.zip --out results.json
     python -m gqa_flash.grader submissions/*.zip --csv grades.csv --out results/ --jobs 4
     python -m gqa_flash.grader --csv grades.csv --out results/ --regrade "José García" alice
+    python -m gqa_flash.grader canvas.zip --csv grades.csv --out results/   # a student each; --regrade garciajose
     python -m gqa_flash.grader --gradescope-bundle autograder.zip [--extra-tests hidden/]
 
 A batch writes each submission's row (and its results file, named after the
@@ -68,7 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gqa_flash import layout
-from gqa_flash.grader import gradescope, sandbox, submission, testrun
+from gqa_flash.grader import downloads, gradescope, sandbox, submission, testrun
 from gqa_flash.grader.report import (NOT_GRADED, NOT_STARTED, GradeBook, Progress, batch_summary, integrity_lines,
                                      num, part_name, progress_line, results_names, review, stem, table, total,
                                      verdict, write_json)
@@ -99,6 +106,9 @@ class Report:
     # Set when the submission held nothing to grade (empty, a notebook only): no test ran, every part
     # scores 0, and this is the submission's one note (submission.Submission.stop).
     stop: str | None = None
+    # The platform ("Canvas") when this is one student's files of a bulk download (downloads.Piece): its
+    # download names are then how the files arrive, not a rename worth a second look.
+    platform: str | None = None
 
     @property
     def score(self) -> float:
@@ -248,9 +258,10 @@ def mark_not_started(tests: list[TestResult], files: dict[str, bytes], graded_fi
     return marked
 
 
-def grade(source: Path | None = None, *, course: sandbox.Course | None = None, only=None,
+def grade(source: Path | downloads.Piece | None = None, *, course: sandbox.Course | None = None, only=None,
           limits: Limits | None = None, workdir: Path | None = None) -> Report:
-    """Grade one submission (a folder, zip or .py file; None: the working copy). Never raises for a bad one.
+    """Grade one submission (a folder, zip or .py file, one student's files of a bulk download; None: the
+    working copy). Never raises for a bad one.
 
     The copy of the course lives in a new folder under ``workdir`` (default: the
     temporary directory, ``TMPDIR``) and is removed when the grading ends.
@@ -260,8 +271,10 @@ def grade(source: Path | None = None, *, course: sandbox.Course | None = None, o
     limits = limits or Limits()
     test_files = course.tests_of(only)
     expected = [f"{p}.py" for p in _parts(course, only)]
-    sub = submission.read(source, expected=[f for f in course.graded_files if f in expected])
-    report = Report(submission=sub.name, notes=list(sub.notes), files=sorted(sub.files))
+    piece = source if isinstance(source, downloads.Piece) else None
+    sub = submission.read(piece.folder if piece else source, expected=[f for f in course.graded_files if f in expected])
+    report = Report(submission=str(piece) if piece else sub.name, notes=list(sub.notes), files=sorted(sub.files),
+                    platform=piece.platform if piece else None)
     stop = sub.stop
     if stop:  # nothing to grade: running the whole suite on stubs would take a minute to say so
         report.stop, report.notes = stop, list(sub.notes)  # the stop line is the last note
@@ -424,21 +437,39 @@ def _main(argv: list[str] | None) -> int:
         print(f"grade: --only {args.only}: no module {', '.join(unknown)} (the modules: {', '.join(_parts(course))})",
               file=sys.stderr)
         return 2
-    if len(args.submissions) <= 1 and not args.regrade:
-        return _grade_one(args, course, only, limits)
-    return _grade_batch(args, course, only, limits)
+    scratch = Path(tempfile.mkdtemp(prefix="gqa-flash-downloads-", dir=args.workdir))  # students' files, split
+    try:
+        sources = _split(args.submissions, scratch)
+        if len(sources) <= 1 and not args.regrade:
+            return _grade_one(args, sources, course, only, limits)
+        return _grade_batch(args, sources, scratch, course, only, limits)
+    finally:
+        sandbox.remove(scratch)
 
 
-def _grade_one(args, course: sandbox.Course, only, limits: Limits) -> int:
+def _split(sources: list[Path], scratch: Path) -> list:
+    """sources, each learning platform's bulk download among them replaced by its students (said on stderr)."""
+    split = []
+    for source in sources:
+        found = downloads.split(source, Path(tempfile.mkdtemp(dir=scratch)))
+        if found is None:
+            split.append(source)
+        else:
+            print(found[1], file=sys.stderr)
+            split.extend(found[0])
+    return split
+
+
+def _grade_one(args, sources: list, course: sandbox.Course, only, limits: Limits) -> int:
     """One submission (or the working copy): its table on stdout, and its results file and CSV row if asked."""
-    report = grade(args.submissions[0] if args.submissions else None, course=course, only=only, limits=limits,
-                   workdir=args.workdir)
+    source = sources[0] if sources else None
+    report = grade(source, course=course, only=only, limits=limits, workdir=args.workdir)
     print(table(report))
     out = None
     if args.out:
         out = Path(args.out)
         if out.is_dir() or args.out.endswith(os.sep):  # a folder: name the file after the submission
-            src = args.submissions[0] if args.submissions else Path("working_copy")
+            src = source or Path("working_copy")
             out = out / results_names([src])[src]
         write_json(out, report)
     if args.csv:
@@ -449,11 +480,11 @@ def _grade_one(args, course: sandbox.Course, only, limits: Limits) -> int:
     return 0
 
 
-def _grade_batch(args, course: sandbox.Course, only, limits: Limits) -> int:
+def _grade_batch(args, sources: list, scratch: Path, course: sandbox.Course, only, limits: Limits) -> int:
     """Many submissions: a line each on stderr as it is graded, its row and results file written at once,
     and a summary on stdout at the end. Those already in the CSV are skipped, but for --regrade's."""
     book = GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)) if args.csv else None
-    sources = list(args.submissions) or [Path(r["submission"]) for r in book.rows()]  # --regrade alone: the CSV's
+    sources = sources or _of_the_csv(book, scratch)  # --regrade alone: the CSV's
     regrade = set()
     for name in args.regrade:
         picked = [s for s in sources if _named(s, name)]
@@ -462,7 +493,7 @@ def _grade_batch(args, course: sandbox.Course, only, limits: Limits) -> int:
                   "column, or a file name without .zip)", file=sys.stderr)
             return 2
         regrade.update(picked)
-    missing = [str(s) for s in sources if not Path(s).exists()]
+    missing = [str(s) for s in sources if not (s.download if isinstance(s, downloads.Piece) else s).exists()]
     if missing:
         print(f"grade: no such submission: {', '.join(missing)}", file=sys.stderr)
         return 2
@@ -500,11 +531,23 @@ def _grade_batch(args, course: sandbox.Course, only, limits: Limits) -> int:
     return 0
 
 
-def _named(source: Path, name: str) -> bool:
-    """Is name (from --regrade) this submission: its path as given, its file name, or its name without .zip?"""
+def _of_the_csv(book: GradeBook, scratch: Path) -> list:
+    """The submissions of the CSV's rows, a bulk download's students (DOWNLOAD#STUDENT) split from it again."""
+    names = [row["submission"] for row in book.rows()]
+    downloaded = [n.rpartition("#")[0] for n in names if "#" in n and not Path(n).exists()]
+    pieces = {str(p): p for p in _split([Path(d) for d in dict.fromkeys(downloaded) if Path(d).exists()], scratch)
+              if isinstance(p, downloads.Piece)}
+    return [pieces.get(n, Path(n)) for n in names]
+
+
+def _named(source: Path | downloads.Piece, name: str) -> bool:
+    """Is name (from --regrade) this submission: its path as given, its file name, or its name without .zip?
+    A student of a bulk download: DOWNLOAD#STUDENT as in the CSV, canvas.zip#STUDENT, canvas#STUDENT, STUDENT."""
     def nfc(text: str) -> str:
         return unicodedata.normalize("NFC", text)
 
+    if isinstance(source, downloads.Piece):
+        return nfc(name) in {nfc(n) for n in source.names()}
     return nfc(name.rstrip("/")) in {nfc(str(source)), nfc(source.name), nfc(stem(source))}
 
 

@@ -102,12 +102,16 @@ def table(report: Report) -> str:
 
 # A note saying a file was graded under another name (a learning platform's download name, say).
 RENAMED = re.compile(r"\bas (?:\S+/)?(?:naive|online_softmax|tiled|forward|backward|decode)\.py\b|\brenamed\b")
+# The same, for nothing but a platform's name: how a bulk download's files arrive (Report.platform).
+PLATFORM_ONLY = re.compile(r"\(a \w+ download name(?:, -\d+ marking a re-submission)?\)$")
 
 
 def review(report: Report) -> str:
     """Why a person should look at this row, in a few words ('' if nothing): the grade may not be the whole
     story. A stop note (nothing to grade), a grader failure, a required part scored 0 because its file was not
-    found, a file graded under another name or ignored for a near-miss one, an integrity flag, tampering."""
+    found, a file graded under another name or ignored for a near-miss one, an integrity flag, tampering.
+    A bulk download's platform names (garciajose_12345_678901_naive.py, split from canvas.zip) are how its files
+    arrive: not a rename worth a look, unless the name the student gave is one too (..._l_single_naive.py)."""
     if report.stop:
         return f"nothing graded: {short(report.stop)}"
     if report.error is not None:
@@ -118,7 +122,7 @@ def review(report: Report) -> str:
                and total(t.score for t in tests) == 0]
     if missing:
         reasons.append(f"no {', '.join(missing)} found")
-    if any(RENAMED.search(n) for n in report.notes):
+    if any(RENAMED.search(n) and not (report.platform and PLATFORM_ONLY.search(n)) for n in report.notes):
         reasons.append("a file graded under another name")
     if any("did you mean" in n for n in report.notes):
         reasons.append("a file ignored for its name")
@@ -221,14 +225,15 @@ def readable_name(text: str) -> str:
     return text or "submission"
 
 
-def results_names(sources: list[Path]) -> dict[Path, str]:
-    """A distinct, readable results file name per submission: 'José García.zip' -> 'José García.json'.
+def results_names(sources: list) -> dict:
+    """A distinct, readable results file name per submission: 'José García.zip' -> 'José García.json', and
+    a student of a bulk download (downloads.Piece, 'canvas.zip#garciajose') -> 'garciajose.json'.
 
     Two that would be one file on a case-blind disk (macOS, Windows) are told apart by a number: 'alice.zip'
     and 'Alice/' are 'alice.json' and 'Alice-2.json'."""
     names, used = {}, set()
     for src in sources:
-        base = readable_name(stem(Path(src)))
+        base = readable_name(getattr(src, "who", None) or stem(Path(src)))
         name, n = base, 1
         while name.casefold() in used:
             n += 1

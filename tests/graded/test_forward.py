@@ -1,6 +1,6 @@
 """forward.py: the Triton FlashAttention forward kernel with GQA (40 points).
 
-Points follow harm (README, "Grading"). 32 of the 40 points are ordinary use: every case there mixes
+Points follow harm (docs/instructors.md, "Grading"). 32 of the 40 points are ordinary use: every case there mixes
 grouped-query heads, a length that is not a multiple of the tiles, fp32 or fp16, a head dim that is
 often not a power of two, and K and V in different memory layouts, and runs both with and without the
 causal mask, asking for the LSE each time. A bug that shows in ordinary use fails most of those cases.
