@@ -231,7 +231,8 @@ def _environment(copy: Path, mark: str) -> dict[str, str]:
 def _kill_marked(mark: str) -> None:
     """Kill every process whose environment carries ``mark``: what a test process started and left running,
     also in a session of its own (setsid), which killing the process group misses. Linux only (/proc); a
-    process that replaced its environment on purpose escapes this (docs/instructors.md: what the grader does not stop)."""
+    process that replaced its environment on purpose escapes this (docs/instructors.md: what the grader does
+    not stop)."""
     needle = f"{RUN_MARK}={mark}".encode()
     for entry in Path("/proc").glob("[0-9]*"):
         try:

@@ -32,7 +32,8 @@ class Mutant:
     edits: tuple[tuple[str, str], ...]  # (old, new), each old exactly once in the file
     bug: str  # the student's mistake, in words
     survives: str = ""  # why the graded tests miss it: a known hole
-    loses: float = 0.0  # the fewest points of its module it must lose (points follow harm: docs/instructors.md, "Grading")
+    loses: float = 0.0  # the fewest points of its module it must lose (points follow harm: docs/instructors.md,
+    # "Grading")
 
     @property
     def module(self) -> str:
