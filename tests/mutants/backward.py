@@ -4,7 +4,8 @@
 (tests/graded/test_backward.py: 16 points of ordinary use in eight cases of 2, five of them causal; 4 of corner
 cases: one token 1, scores near -100 2, head_dim 256 1). A bug that shows in ordinary use loses at least 10
 (docs/instructors.md, "Grading"); a bug of the causal mask alone shows in the five causal cases and the two
-causal corner cases, 12 points at most, so its floor is 10 too. backward_no_key_mask and backward_delta_fp16 are corner-case bugs: a key
+causal corner cases, 12 points at most, so its floor is 10 too. backward_no_key_mask and backward_delta_fp16 are
+corner-case bugs: a key
 past the end left in P gives NaN only where every score is very negative, and D summed in fp16 shows only where D
 is large next to dP - D (head_dim 256, V and dO offset).
 """
