@@ -186,6 +186,8 @@ def read(source: Path | None, expected=GRADED_FILES) -> Submission:
         sub.flags.extend(_answer_names(name, content))
     missing = [n for n in expected if n not in sub.files]
     if source is not None and not sub.files:
+        # A folder whose only content is a zip that cannot be read is not "empty": its own note says why.
+        readable = readable and not (not candidates and any("not a readable zip" in note for note in sub.notes))
         sub.stop = _nothing_to_grade(source, candidates if readable else None, ignored, expected)
         sub.notes.append(sub.stop)
     elif not sub.files:
