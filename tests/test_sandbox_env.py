@@ -61,6 +61,9 @@ def test_the_probe_finds_the_solutions_where_the_grader_was_started(monkeypatch,
     """A probe that cannot find anything proves nothing: in the grader's own environment it does."""
     assert (COURSE / "solutions" / "naive.py").is_file(), "run this in the instructor's repository"
     monkeypatch.chdir(tmp_path)
+    for name, value in list(os.environ.items()):  # only PWD may lead anywhere (OLDPWD may be another clone's)
+        if "/" in value:
+            monkeypatch.delenv(name)
     monkeypatch.setenv("PWD", str(COURSE))
     assert _probe()["find_solutions"]() == COURSE / "solutions" / "naive.py"
 

@@ -161,7 +161,8 @@ def check_merge_states():
 
         def cause(label, got, state=state):
             if label == "m":
-                return ("m is not the larger of the two maxima", "m = torch.maximum(m_a, m_b), elementwise")
+                return ("m is not the larger of the two maxima",
+                        "m is the elementwise maximum of the two (torch.maximum), not either one alone")
             return first_cause(got, [(text, _merge64(*state, how)[1]) for how, text in _MERGE_MISTAKES],
                                **_STATE_TOL)
 
