@@ -183,9 +183,7 @@ class Lab:
         # once under xdist): accept its choice, the course's kernel, as a student would.
         deadline = time.monotonic() + 120
         while True:
-            select = page.locator(".jp-Dialog").filter(has_text="Select Kernel")
-            if select.count():
-                select.first.locator(".jp-mod-accept").click()
+            self.accept_kernel_choice()
             idle = page.evaluate(
                 """() => {
                     const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
@@ -223,9 +221,27 @@ class Lab:
             }"""
         )
 
+    def accept_kernel_choice(self) -> None:
+        """Accept JupyterLab's "Select Kernel" dialog if it is open (its choice is the course's kernel)."""
+        select = self.page.locator(".jp-Dialog").filter(has_text="Select Kernel")
+        if select.count():
+            select.first.locator(".jp-mod-accept").click()
+            select.first.wait_for(state="detached", timeout=10_000)
+
     def focus_notebook(self) -> None:
-        """Click the first cell's prompt: the notebook is then the current widget, in command mode."""
-        self.page.locator(f"{PANEL} .jp-Notebook .jp-Cell .jp-InputPrompt").first.click()
+        """Click the first cell's prompt: the notebook is then the current widget, in command mode.
+
+        The "Select Kernel" dialog can open after the kernel already reads idle (seen under a loaded
+        machine, 2026-12-06): accept it first, or it intercepts the click."""
+        prompt = self.page.locator(f"{PANEL} .jp-Notebook .jp-Cell .jp-InputPrompt").first
+        for attempt in range(3):
+            self.accept_kernel_choice()
+            try:
+                prompt.click(timeout=10_000)
+                return
+            except playwright_api.TimeoutError:
+                if attempt == 2:
+                    raise
 
     def run_all_and_wait(self, timeout: float) -> dict:
         page = self.page
