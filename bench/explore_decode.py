@@ -87,9 +87,9 @@ def _split_prefetch_kernel(
             page_v = page
         slot = offs_n % PAGE_SIZE
         k = dec._load_cache_tile(K, page_v, slot, kv_head_idx, offs_d, stride_kp, stride_ks, stride_kh, stride_kd,
-                                 key_ok, HEAD_DIM)
+                                 key_ok, HEAD_DIM, 2147483647)  # no clamp: an exploration
         v = dec._load_cache_tile(V, page_v, slot, kv_head_idx, offs_d, stride_vp, stride_vs, stride_vh, stride_vd,
-                                 key_ok, HEAD_DIM)
+                                 key_ok, HEAD_DIM, 2147483647)  # no clamp: an exploration
         s = tl.dot(q, tl.trans(k)) * qk_scale
         s = tl.where(key_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))

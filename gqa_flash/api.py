@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from gqa_flash import impl, validation
+from gqa_flash import impl, kv_cache, validation
 
 
 def _empty_result(q, return_lse):
@@ -172,7 +172,7 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
 
 
 def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=None, num_splits=None,
-                 return_lse=False):
+                 return_lse=False, max_seqlen=None, k_new=None, v_new=None):
     """Attention of a few new tokens over a KV cache, contiguous or paged (``decode.py``, bonus).
 
     ``q`` is ``[B, Hq, Nq, D]`` with 1 <= Nq <= 16 new tokens; the cache is
@@ -184,12 +184,33 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
     ``num_splits`` cuts each context into that many chunks (None: a heuristic
     that fills the GPU). Returns O ``[B, Hq, Nq, D]`` in q's dtype, and with
     ``return_lse`` also the natural-log LSE ``[B, Hq, Nq]``, float32.
+
+    ``k_new``, ``v_new`` ``[B, Hkv, Nq, D]`` (optional, both or neither): the
+    new tokens' keys and values, written into the cache at those Nq positions
+    before attending (as ``flash_attn_with_kvcache(k=, v=)`` does).
+
+    Two modes, by ``max_seqlen``:
+
+    * ``max_seqlen=None`` (notebooks, tests, first tries): ``cache_seqlens``
+      and the pages they use are read on the host and checked, so a length
+      past the cache or a page outside the pool is an error that names it.
+      That read waits for the GPU and cannot be captured in a CUDA graph.
+    * ``max_seqlen=<int>``, a bound on every ``cache_seqlens`` (a serving
+      loop's): only shapes, dtypes and devices are checked, in time that does
+      not grow with the batch or the pages; nothing is read back from the
+      GPU, so the call (the append included) can be captured once in a CUDA
+      graph and replayed after ``cache_seqlens``, ``block_table`` and the
+      cache change in place. The kernels trust no value: lengths are clamped
+      to the cache and page indices to the pool, so a wrong value gives wrong
+      rows, never a read or write outside the tensors.
     """
-    lengths = validation.check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, num_splits,
-                                             return_lse)
+    bound = validation.check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, num_splits,
+                                           return_lse, max_seqlen, k_new, v_new)
     sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
     if q.shape[0] == 0:
         return _empty_result(q, return_lse)
+    if k_new is not None:
+        kv_cache.append(k_new, v_new, k_cache, v_cache, cache_seqlens, block_table)
     return impl.load("decode").flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=block_table,
                                             sm_scale=sm_scale, num_splits=num_splits, return_lse=return_lse,
-                                            max_seqlen=max(lengths))
+                                            max_seqlen=bound)

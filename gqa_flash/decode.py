@@ -71,6 +71,7 @@ import triton
 import triton.language as tl
 
 from gqa_flash import runtime  # picks the interpreter before the kernels below are defined
+from gqa_flash.launch import cdiv, launch, next_power_of_2  # the host's, cheaper than triton's
 
 try:  # programmatic dependent launch, Hopper's and later GPUs' (used only with config "pdl")
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -144,13 +145,17 @@ def _page_slots(BLOCK_TABLE, batch_idx, offs_n, key_ok, stride_tb, stride_tp,
 
 @triton.jit
 def _load_cache_tile(X, page, slot, kv_head_idx, offs_d, stride_page, stride_slot, stride_head, stride_d,
-                     key_ok, HEAD_DIM):
+                     key_ok, HEAD_DIM, N_PAGES):
     """The [BLOCK_N, HEAD_DIM_PAD] tile of cache X (K or V) at ``(page, slot)`` of KV head ``kv_head_idx``.
 
     A masked load: rows with ``key_ok`` False and columns past HEAD_DIM read
     nothing and come back as 0. Offsets in int64: a pool of pages is easily
-    larger than 2^31 elements.
+    larger than 2^31 elements. ``N_PAGES`` is the number of pages the cache
+    holds: a page index outside ``0 .. N_PAGES - 1`` (a block table a server
+    got wrong; the API checks none when it is given ``max_seqlen``) is clamped
+    into the pool, so it reads a wrong page, never memory outside the cache.
     """
+    page = tl.minimum(tl.maximum(page, 0), N_PAGES - 1)
     row_start = page.to(tl.int64) * stride_page + slot.to(tl.int64) * stride_slot
     head_start = X + kv_head_idx.to(tl.int64) * stride_head
     in_cache = key_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
@@ -161,14 +166,15 @@ def _load_cache_tile(X, page, slot, kv_head_idx, offs_d, stride_page, stride_slo
 def _split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_head_idx, split_idx, seq_len,
                    offs_d, qk_scale, CHUNK,
                    stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
-                   stride_tb, stride_tp, N_Q, HEAD_DIM,
+                   stride_tb, stride_tp, N_Q, HEAD_DIM, N_PAGES,
                    BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr,
                    INPUT_PRECISION: tl.constexpr):
     """Walk this split's chunk of the context; return the partial ``(acc, l_i, m_i)`` of every row.
 
     ``q`` is the packed tile of Part 1 and ``token`` each row's new token;
     ``acc``, ``l_i``, ``m_i`` arrive fresh (0, 0, -inf). ``seq_len`` is
-    ``cache_seqlens[batch_idx]``.
+    ``cache_seqlens[batch_idx]``, already clamped to the cache's capacity.
+    ``N_PAGES`` (the pages the cache holds) is for ``_load_cache_tile``.
     """
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
     # What: split split_idx owns chunk number split_idx of the context (chunks
@@ -247,7 +253,7 @@ def _flash_decode_split_kernel(
     stride_kp, stride_ks, stride_kh, stride_kd,
     stride_vp, stride_vs, stride_vh, stride_vd,
     stride_tb, stride_tp,
-    qk_scale, N_Q_HEADS, N_KV_HEADS, N_SPLITS, CHUNK,
+    qk_scale, N_Q_HEADS, N_KV_HEADS, N_SPLITS, CHUNK, CAPACITY, N_PAGES,
     N_Q: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, INPUT_PRECISION: tl.constexpr,
@@ -277,7 +283,9 @@ def _flash_decode_split_kernel(
     q, q_head, token = _group_tile(Q, batch_idx, kv_head_idx, rows, row_ok, offs_d,
                                    stride_qb, stride_qh, stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS, N_Q, HEAD_DIM)
 
-    seq_len = tl.load(SEQLENS + batch_idx)
+    # Clamped to 0 .. CAPACITY (the positions the cache or this sequence's table row can hold), so
+    # that no value of cache_seqlens makes a walk read past the cache or past the table's row.
+    seq_len = tl.minimum(tl.maximum(tl.load(SEQLENS + batch_idx), 0), CAPACITY)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
@@ -286,7 +294,7 @@ def _flash_decode_split_kernel(
     acc, l_i, m_i = _split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_head_idx, split_idx,
                                    seq_len, offs_d, qk_scale, CHUNK,
                                    stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh,
-                                   stride_vd, stride_tb, stride_tp, N_Q, HEAD_DIM,
+                                   stride_vd, stride_tb, stride_tp, N_Q, HEAD_DIM, N_PAGES,
                                    BLOCK_N, PAGE_SIZE, PAGED, INPUT_PRECISION)
 
     if DIRECT:
@@ -370,7 +378,7 @@ def default_num_splits(programs: int, max_seqlen: int, block_n: int, device) -> 
     sms = _sm_count(device)
     if programs >= sms:
         return 1
-    return max(1, min(PROGRAMS_PER_SM * sms // programs, triton.cdiv(max_seqlen, block_n)))
+    return max(1, min(PROGRAMS_PER_SM * sms // programs, cdiv(max_seqlen, block_n)))
 
 
 # In the interpreter: small fixed tiles (rows are padded to 16, tl.dot's least).
@@ -424,10 +432,12 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
     dtype) and, with ``return_lse``, the natural-log LSE ([B, Hq, Nq], fp32).
 
     The public API (``gqa_flash.flash_decode``) checks the inputs and passes
-    ``max_seqlen``, the longest ``cache_seqlens`` (used to size the splits;
-    it must not be smaller than any of them; default: the cache's capacity).
-    Nothing here reads ``cache_seqlens`` on the host, so this function can be
-    captured in a CUDA graph. ``config`` (BLOCK_N, num_warps, num_stages, and
+    ``max_seqlen``, a bound on ``cache_seqlens`` (used to size the splits;
+    default: the cache's capacity). A sequence longer than it is cut at the
+    last split's end (a wrong row, not a wrong read). Nothing here reads
+    ``cache_seqlens`` or the table on the host, and the kernels clamp the
+    lengths and page indices they read, so this function can be captured in
+    a CUDA graph and trusts no value in those tensors. ``config`` (BLOCK_N, num_warps, num_stages, and
     ``pdl``: launch the merge kernel early, on a GPU) overrides the tiles, for
     benchmarks.
     """
@@ -452,9 +462,9 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
     # The packed rows: every query head of a group times every new token, in tiles of
     # at least 16 rows (tl.dot's least) and at most 64 (beyond, registers run out).
     group_rows = (n_q_heads // n_kv_heads) * n_q
-    block_m = max(16, min(triton.next_power_of_2(group_rows), 64))
-    row_blocks = triton.cdiv(group_rows, block_m)
-    head_dim_pad = max(16, triton.next_power_of_2(head_dim))
+    block_m = max(16, min(next_power_of_2(group_rows), 64))
+    row_blocks = cdiv(group_rows, block_m)
+    head_dim_pad = max(16, next_power_of_2(head_dim))
     interpret = runtime.INTERPRETER or not q.is_cuda
 
     if num_splits is None:
@@ -465,8 +475,8 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
                   else _gpu_config(num_splits, head_dim_pad, q.element_size(), q.device, paged))
     block_n = config["BLOCK_N"]
     # Chunks of whole key blocks; a split count past the number of blocks shrinks to it.
-    chunk = triton.cdiv(triton.cdiv(max_seqlen, num_splits), block_n) * block_n
-    num_splits = triton.cdiv(max_seqlen, chunk)
+    chunk = cdiv(cdiv(max_seqlen, num_splits), block_n) * block_n
+    num_splits = cdiv(max_seqlen, chunk)
 
     config = dict(config)
     # Programmatic dependent launch: the merge kernel is launched while the split kernel still runs
@@ -483,10 +493,11 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
         l_part = torch.empty((batch, n_q_heads, n_q, num_splits), dtype=torch.float32, device=q.device)
         m_part = torch.empty_like(l_part)
 
-    _flash_decode_split_kernel[(row_blocks, num_splits, batch * n_kv_heads)](
+    # launch(kernel, grid, ...) is kernel[grid](...) with less of the host's time (gqa_flash/launch.py)
+    launch(_flash_decode_split_kernel, (row_blocks, num_splits, batch * n_kv_heads),
         q, k_cache, v_cache, cache_seqlens, table, acc, l_part, m_part, o, lse,
         *q.stride(), *o.stride(), *k_strides, *v_strides, *table_strides,
-        sm_scale * LOG2_E, n_q_heads, n_kv_heads, num_splits, chunk,
+        sm_scale * LOG2_E, n_q_heads, n_kv_heads, num_splits, chunk, capacity, k_cache.shape[0],
         N_Q=n_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block_m,
         PAGE_SIZE=page_size, PAGED=paged,
         # fp32 in means fp32 products (Triton would use tf32 by default)
@@ -504,15 +515,15 @@ def launch_merge(acc, l_part, m_part, o, lse, pdl=False):
     ``m_part`` [B, Hq, Nq, splits] (fp32, contiguous) into ``o`` [B, Hq, Nq, D] and ``lse``
     [B, Hq, Nq]. ``pdl``: launched early, waiting on the GPU for the split kernel (``pdl_supported``)."""
     batch, n_q_heads, n_q, num_splits, head_dim = acc.shape
-    head_dim_pad = max(16, triton.next_power_of_2(head_dim))
+    head_dim_pad = max(16, next_power_of_2(head_dim))
     # BLOCK_R rows a program, as many as keep its [BLOCK_R, splits, head_dim] tile of partial
     # accumulators within MERGE_TILE elements (on a GPU: registers; in the interpreter, where every
     # program costs Python overhead, as many as there are, up to 64).
-    n_rows, splits_pad = batch * n_q_heads * n_q, triton.next_power_of_2(num_splits)
+    n_rows, splits_pad = batch * n_q_heads * n_q, next_power_of_2(num_splits)
     fit = max(1, MERGE_TILE // (splits_pad * head_dim_pad))
     interpret = runtime.INTERPRETER or not acc.is_cuda
-    block_r = min(triton.next_power_of_2(n_rows), 64 if interpret else 1 << (fit.bit_length() - 1))
-    _flash_decode_merge_kernel[(triton.cdiv(n_rows, block_r),)](
+    block_r = min(next_power_of_2(n_rows), 64 if interpret else 1 << (fit.bit_length() - 1))
+    launch(_flash_decode_merge_kernel, (cdiv(n_rows, block_r),),
         acc, l_part, m_part, o, lse, *o.stride(), n_rows, n_q_heads, num_splits,
         N_Q=n_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=splits_pad, BLOCK_R=block_r,
         PDL=pdl, num_warps=4, **(dict(launch_pdl=True) if pdl else {}),

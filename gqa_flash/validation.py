@@ -140,13 +140,25 @@ def _check_runs_here(q, names: str) -> None:
 MAX_NEW_TOKENS = 16  # flash_decode: new tokens per sequence and call
 
 
-def check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, return_lse) -> list[int]:
-    """What ``flash_decode`` accepts; returns ``cache_seqlens`` as a list of ints (read once, here).
+def check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, num_splits, return_lse,
+                        max_seqlen=None, k_new=None, v_new=None) -> int:
+    """What ``flash_decode`` accepts; returns the bound on ``cache_seqlens`` the launcher sizes its splits by.
 
     ``q`` is ``[batch, n_q_heads, n_new, head_dim]``; the cache is
     ``[batch, n_kv_heads, max_seqlen, head_dim]``, or, with ``block_table``
     ``[batch, max_pages]`` int32, the paged pool ``[num_blocks, page_size,
-    n_kv_heads, head_dim]``; ``cache_seqlens`` is ``[batch]`` int32.
+    n_kv_heads, head_dim]``; ``cache_seqlens`` is ``[batch]`` int32;
+    ``k_new`` and ``v_new`` (both or neither) are ``[batch, n_kv_heads,
+    n_new, head_dim]``.
+
+    Two modes. Without ``max_seqlen``, the lengths and the pages they use are
+    read on the host (one device-to-host copy) and checked one by one: every
+    mistake gets its own message; returns the longest length. With
+    ``max_seqlen`` (an int), only shapes, dtypes and devices are checked, in
+    time that does not grow with the batch or the pages, and nothing is read
+    from the device: a serving loop can call it every step, or capture it in a
+    CUDA graph. The kernels clamp what they read, so wrong values there give
+    wrong rows, never a read outside the tensors.
     """
     paged = block_table is not None
     cache_layout = ("[num_blocks, page_size, n_kv_heads, head_dim] (a paged cache: block_table is given)" if paged
@@ -202,13 +214,33 @@ def check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, num_spl
             raise ValueError(f"block_table must be [batch, max_pages] with batch {b}; got {_shape(block_table)}")
         tensors.append(("block_table", block_table))
         capacity = block_table.shape[1] * page_size
+    if (k_new is None) != (v_new is None):
+        raise ValueError("k_new and v_new come together: pass both (the new tokens' keys and values) or neither")
+    if k_new is not None:
+        for name, t in (("k_new", k_new), ("v_new", v_new)):
+            check_tensor(name, t)
+            if t.dtype != q.dtype:
+                raise TypeError(f"{name} must have q's dtype {_dtype(q.dtype)}; got {_dtype(t.dtype)}")
+            if tuple(t.shape) != (b, hkv, n_new, d):
+                raise ValueError(f"{name} must be [batch, n_kv_heads, n_new, head_dim] = [{b}, {hkv}, {n_new}, {d}] "
+                                 f"(q {_shape(q)}, k_cache {_shape(k_cache)}); got {_shape(t)}")
+            tensors.append((name, t))
     devices = {t.device for _, t in tensors}
     if len(devices) != 1:
-        raise ValueError("q, k_cache, v_cache, cache_seqlens and block_table must be on one device; got "
-                         + ", ".join(f"{name} on {t.device}" for name, t in tensors))
+        raise ValueError("q, k_cache, v_cache, cache_seqlens, block_table, k_new and v_new must be on one device; "
+                         "got " + ", ".join(f"{name} on {t.device}" for name, t in tensors))
     _check_runs_here(q, "q, k_cache and v_cache")
 
-    # One read of the lengths (and of the pages they use) on the host; the kernel trusts them.
+    if max_seqlen is not None:
+        if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, numbers.Integral):
+            raise TypeError(f"max_seqlen must be an int (a bound on cache_seqlens) or None, got "
+                            f"{type(max_seqlen).__name__}")
+        if not n_new <= max_seqlen <= capacity:
+            raise ValueError(f"max_seqlen must lie between q's {n_new} new tokens and the cache's {capacity} "
+                             f"positions; got {max_seqlen}")
+        return int(max_seqlen)
+
+    # One read of the lengths (and of the pages they use) on the host: each mistake named.
     lengths = [int(n) for n in cache_seqlens.tolist()]
     for i, n in enumerate(lengths):
         if n < n_new:
@@ -224,4 +256,4 @@ def check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, num_spl
             if used and not 0 <= min(used) <= max(used) < n_blocks:
                 raise ValueError(f"block_table[{i}] names pages outside the pool of {n_blocks} pages "
                                  f"(k_cache {_shape(k_cache)}): {used}")
-    return lengths
+    return max(lengths, default=n_new)

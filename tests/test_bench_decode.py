@@ -50,6 +50,7 @@ def test_the_read_ceiling_kernel_reads_every_element_once(block, steps, warps):
 def test_every_row_carries_the_environment_and_the_columns_the_notebook_reads():
     assert set(bench.ENVIRONMENT) <= set(bd.FIELDS)
     assert {"provider", "cache", "batch", "context", "tbps", "read_ceiling_tbps", "status", "num_splits", "timing",
+            "api", "host_us",
             "ratio_to_sdpa_default", "ratio_to_read_ceiling", "max_abs_err_vs_sdpa"} <= set(bd.FIELDS)
 
 
@@ -95,19 +96,24 @@ def test_the_paged_pool_holds_the_contiguous_cache_page_by_page(monkeypatch):
         assert torch.equal(vp[pages, slots], v[b].transpose(0, 1))
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.skipif(ON_GPU, reason="runs the sweep's logic in the interpreter, on the CPU")
-def test_a_small_sweep_checks_then_times_every_provider_and_writes_its_rows(monkeypatch, tmp_path):
+def _on_the_cpu(monkeypatch):
+    """The sweep's logic in the interpreter: fp32 on the CPU, a fixed environment and fixed ceilings."""
     monkeypatch.setattr(bd, "DEVICE", "cpu")
     monkeypatch.setattr(bd, "DTYPE", torch.float32)
     monkeypatch.setattr(bd, "environment", lambda: dict(date="today", gpu="none", driver="-", torch="t",
                                                         triton="t", impl="x"))
     monkeypatch.setattr(bd, "ceilings", lambda log=print: (4.0, 4.25))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(ON_GPU, reason="runs the sweep's logic in the interpreter, on the CPU")
+def test_a_small_sweep_checks_then_times_every_provider_and_writes_its_rows(monkeypatch, tmp_path):
+    _on_the_cpu(monkeypatch)
     timed = []
 
-    def fake_time(fn, use_graph, rep_ms):
-        timed.append(fn)
-        return 0.5, "cuda_graph"
+    def fake_time(fn, timing, rep_ms):
+        timed.append((fn, timing))
+        return (0.5 if timing == "cuda_graph" else 0.8)
 
     monkeypatch.setattr(bd, "time_once", fake_time)
     out = tmp_path / "decode.csv"
@@ -115,16 +121,39 @@ def test_a_small_sweep_checks_then_times_every_provider_and_writes_its_rows(monk
                   rounds=2, log=lambda *a: None)
     with open(out, newline="") as f:
         written = list(csv.DictReader(f))
-    assert [(r["provider"], r["cache"]) for r in written] == [
-        ("sdpa_default", "contiguous"), ("flash_decode", "contiguous"), ("flash_decode", "paged"),
-        ("course_prefill", "contiguous")]
-    by = {(r["provider"], r["cache"]): r for r in rows}
-    sdpa = by["sdpa_default", "contiguous"]
+    assert [(r["provider"], r["cache"], r["timing"]) for r in written] == [
+        (name, cache, timing) for name, cache in (("sdpa_default", "contiguous"), ("flash_decode", "contiguous"),
+                                                  ("flash_decode", "paged"), ("course_prefill", "contiguous"))
+        for timing in ("cuda_graph", "plain")]
+    by = {(r["provider"], r["cache"], r["timing"]): r for r in rows}
+    sdpa = by["sdpa_default", "contiguous", "cuda_graph"]
     assert sdpa["status"] == "ok" and sdpa["ms"] == 0.5 and sdpa["tbps"] == round(bd.kv_bytes(1, 32) / 0.5e-3 / 1e12, 3)
     assert sdpa["ratio_to_sdpa_default"] == 1.0 and sdpa["read_ceiling_tbps"] == 4.0
+    assert by["sdpa_default", "contiguous", "plain"]["ms"] == 0.8 and sdpa["host_us"] > 0
     for cache in ("contiguous", "paged"):  # right with the solutions; the stubs' zeros are wrong and not timed
-        assert by["flash_decode", cache]["status"] in ("ok", "wrong result")
-    assert by["course_prefill", "contiguous"]["status"].startswith("unsupported: q and k must have the same")
+        for timing in ("cuda_graph", "plain"):
+            row = by["flash_decode", cache, timing]
+            assert row["status"] in ("ok", "wrong result") and row["api"] == "public"
+            if row["status"] == "ok":  # ratios compare rows timed the same way
+                assert row["ratio_to_sdpa_default"] == 1.0 and row["host_us"] > 0
+    assert by["course_prefill", "contiguous", "plain"]["status"].startswith("unsupported: q and k must have the same")
     n_ok = sum(r["status"] == "ok" for r in rows)
-    assert len(timed) == 2 * n_ok  # every checked provider, in each of the 2 rounds
+    assert len(timed) == 2 * n_ok  # every checked row, in each of the 2 rounds
     assert all(r["date"] == "today" and r["impl"] == "x" for r in written)
+
+
+@pytest.mark.skipif(ON_GPU, reason="checks the capture-failure path on the CPU")
+def test_a_call_that_cannot_be_captured_says_so_and_keeps_its_plain_row(monkeypatch, tmp_path):
+    _on_the_cpu(monkeypatch)
+
+    def fake_time(fn, timing, rep_ms):
+        if timing == "cuda_graph":
+            raise RuntimeError("Cannot copy between CPU and CUDA tensors during CUDA graph capture")
+        return 0.8
+
+    monkeypatch.setattr(bd, "time_once", fake_time)
+    rows = bd.run(tmp_path / "decode.csv", batches=(1,), contexts=(32,), names=("sdpa_default",), rounds=1,
+                  log=lambda *a: None)
+    by = {r["timing"]: r for r in rows}
+    assert by["cuda_graph"]["status"].startswith("capture in a CUDA graph failed: RuntimeError: Cannot copy")
+    assert by["plain"]["status"] == "ok" and by["plain"]["ms"] == 0.8

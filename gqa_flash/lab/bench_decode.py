@@ -7,12 +7,11 @@ the same inputs, interleaved within a shape:
 
     sdpa_default            F.scaled_dot_product_attention(enable_gqa=True) on the
                             contiguous cache: PyTorch's own choice of backend
-    flash_decode            decode.py from the implementation switch (GQA_FLASH_IMPL;
-                            the completed file with =solutions), on the contiguous cache
-                            [B, Hkv, S, D] and on a paged one (pages of 16, shuffled in
-                            the pool); timed through decode.flash_decode(max_seqlen=...),
-                            the launcher under the public API, which reads cache_seqlens
-                            on the host and so cannot be captured in a CUDA graph
+    flash_decode            the public gqa_flash.flash_decode(..., max_seqlen=context), as
+                            a serving loop calls it (api=public): decode.py from the
+                            implementation switch (GQA_FLASH_IMPL; the completed file
+                            with =solutions), on the contiguous cache [B, Hkv, S, D] and
+                            on a paged one (pages of 16, shuffled in the pool)
     flex                    FlexAttention (torch.compile, dynamic=False: one compile per
                             shape, its first call's time in the note), contiguous cache
     course_prefill          gqa_flash.flash_attention_forward with q of one token: the
@@ -24,9 +23,16 @@ the same inputs, interleaved within a shape:
                             token; only where it takes at most ~10 TFLOP
 
 Every output is compared with SDPA's before it is timed (a wrong one is not
-timed). Times are medians over ``--rounds`` rounds, in each of which every
-provider is timed once (triton.testing.do_bench_cudagraph, CUDA graphs; plain
-do_bench where a capture fails, said in the ``timing`` column). The bytes a
+timed). Each row is timed two ways, a row for each (the ``timing`` column):
+``cuda_graph`` (triton.testing.do_bench_cudagraph: the call captured once in a
+CUDA graph and replayed, as serving engines run a decode step; a call that
+cannot be captured says so in its status) and ``plain`` (do_bench: the call
+as Python makes it, host time included when the host is slower than the GPU).
+Times are medians over ``--rounds`` rounds, in each of which every provider is
+timed once in each way; ratios compare rows timed the same way. ``host_us``
+is the host's time to make one call: the mean over 50 calls queued without
+waiting for the GPU (when the GPU is the slower, the queue fills and the host
+waits: then it is the GPU's pace, not the host's). The bytes a
 step needs are K and V at every valid position, every KV head, 2 bytes each:
 ``tbps`` is those bytes over the time, ``ratio_to_sdpa_default`` SDPA's time
 over the row's (the paged rows too: SDPA reads the contiguous cache that holds
@@ -64,8 +70,8 @@ PREFILL_MAX_FLOP = 10e12  # course_prefill_padded only up to here: beyond, one c
 MAX_ABS_ERR = 2e-2  # bf16 outputs against SDPA's, values of order 1
 FIELDS = [
     "provider", "cache", "batch", "context", "q_heads", "kv_heads", "head_dim", "new_tokens", "dtype", "page_size",
-    "num_splits", "timing", "ms", "kv_bytes", "tbps", "ratio_to_sdpa_default", "ratio_to_read_ceiling",
-    "read_ceiling_tbps", "copy_tbps", "max_abs_err_vs_sdpa", "status", "note", *ENVIRONMENT,
+    "num_splits", "api", "timing", "ms", "host_us", "kv_bytes", "tbps", "ratio_to_sdpa_default",
+    "ratio_to_read_ceiling", "read_ceiling_tbps", "copy_tbps", "max_abs_err_vs_sdpa", "status", "note", *ENVIRONMENT,
 ]
 
 
@@ -226,12 +232,11 @@ def providers(q, k, v, seqlens, kp, vp, table, flex, rows):
     import gqa_flash
 
     context = k.shape[2]
-    decode = impl.load("decode")  # whatever GQA_FLASH_IMPL points to
     table_fns = {
         ("sdpa_default", "contiguous"): lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
-        ("flash_decode", "contiguous"): lambda: decode.flash_decode(q, k, v, seqlens, max_seqlen=context),
-        ("flash_decode", "paged"): lambda: decode.flash_decode(q, kp, vp, seqlens, block_table=table,
-                                                               max_seqlen=context),
+        ("flash_decode", "contiguous"): lambda: gqa_flash.flash_decode(q, k, v, seqlens, max_seqlen=context),
+        ("flash_decode", "paged"): lambda: gqa_flash.flash_decode(q, kp, vp, seqlens, block_table=table,
+                                                                  max_seqlen=context),
     }
     if isinstance(flex, str):
         table_fns[("flex", "contiguous")] = flex
@@ -250,66 +255,89 @@ def providers(q, k, v, seqlens, kp, vp, table, flex, rows):
     return {row: table_fns[row] for row in rows}
 
 
-def time_once(fn, use_graph, rep_ms):
-    """(ms, 'cuda_graph' or 'plain'): one timing, a median; a capture that fails falls back to plain."""
+TIMINGS = ("cuda_graph", "plain")
+HOST_CALLS = 50
+
+
+def time_once(fn, timing, rep_ms):
+    """One timing of ``fn`` in ms, a median: captured in a CUDA graph and replayed, or called plainly.
+    A call that cannot be captured raises (its row says so; it is not timed another way)."""
     from triton.testing import do_bench, do_bench_cudagraph
 
-    if use_graph:
-        try:
-            return do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"), "cuda_graph"
-        except Exception:
-            _sync()
-    return do_bench(fn, warmup=5, rep=rep_ms, return_mode="median"), "plain"
+    if timing == "cuda_graph":
+        return do_bench_cudagraph(fn, rep=rep_ms, return_mode="median")
+    return do_bench(fn, warmup=5, rep=rep_ms, return_mode="median")
+
+
+def host_us(fn, calls=HOST_CALLS) -> float:
+    """Microseconds of the host's time per call: ``calls`` calls queued back to back, no waiting between."""
+    fn()
+    _sync()
+    began = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    spent = time.perf_counter() - began
+    _sync()
+    return spent / calls * 1e6
+
+
+def _median(times):
+    return sorted(times)[len(times) // 2] if times else math.nan
 
 
 def measure_shape(batch, context, rows, flex, ceiling, rounds, rep_ms, log=print) -> list[dict]:
-    """Check every provider against SDPA, then time them interleaved, ``rounds`` times; one dict per row."""
+    """Check every provider against SDPA, then time them interleaved, ``rounds`` times, with and without
+    CUDA graphs; one dict per (row, timing)."""
     q, k, v, seqlens, kp, vp, table = inputs(batch, context)
     fns = providers(q, k, v, seqlens, kp, vp, table, flex, rows)
     expected = fns[("sdpa_default", "contiguous")]().float()
-    out = {row: dict(status="ok", note="", err=math.nan, times=[], timing="cuda_graph") for row in rows}
+    checked = {row: dict(status="ok", note="", err=math.nan, host=math.nan) for row in rows}
     for row, fn in fns.items():
         if isinstance(fn, str):
-            out[row]["status"] = fn
+            checked[row]["status"] = fn
             continue
         try:
             began = time.time()
             got = fn()
             _sync()
             if row[0] == "flex":
-                out[row]["note"] = f"first call {time.time() - began:.1f} s (compiled for this shape)"
+                checked[row]["note"] = f"first call {time.time() - began:.1f} s (compiled for this shape)"
             err = (got.float() - expected).abs().max().item()
-            out[row]["err"] = err
+            checked[row]["err"] = err
             if not err <= MAX_ABS_ERR:  # NaN fails too
-                out[row]["status"] = "wrong result"
+                checked[row]["status"] = "wrong result"
+            else:
+                checked[row]["host"] = host_us(fn)
         except torch.OutOfMemoryError:
-            out[row]["status"] = "out of memory"
+            checked[row]["status"] = "out of memory"
         except Exception as e:  # a stub, a compile failure: reported, and the sweep goes on
-            out[row]["status"] = f"error: {type(e).__name__}: {str(e)[:120]}"
-    timed = [row for row in rows if out[row]["status"] == "ok"]
+            checked[row]["status"] = f"error: {type(e).__name__}: {str(e)[:120]}"
+    out = {(row, timing): dict(checked[row], times=[]) for row in rows for timing in TIMINGS}
+    timed = [key for key in out if out[key]["status"] == "ok"]
     for _ in range(rounds):
-        for row in list(timed):
+        for key in list(timed):
             try:
-                ms, how = time_once(fns[row], out[row]["timing"] == "cuda_graph", rep_ms)
-            except Exception as e:  # this provider's row says so; the others are still timed
-                out[row].update(status=f"error while timing: {type(e).__name__}: {str(e)[:120]}", times=[])
-                timed.remove(row)
+                ms = time_once(fns[key[0]], key[1], rep_ms)
+            except Exception as e:  # this row says so; the others are still timed
+                _sync()
+                what = "capture in a CUDA graph failed" if key[1] == "cuda_graph" else "error while timing"
+                out[key].update(status=f"{what}: {type(e).__name__}: {str(e)[:120]}", times=[])
+                timed.remove(key)
                 continue
-            out[row]["times"].append(ms)
-            out[row]["timing"] = how
+            out[key]["times"].append(ms)
     decode = impl.load("decode")
-    base = out[("sdpa_default", "contiguous")]
-    base_ms = sorted(base["times"])[len(base["times"]) // 2] if base["times"] else math.nan
     result = []
-    for (name, cache), o in out.items():
-        ms = sorted(o["times"])[len(o["times"]) // 2] if o["times"] else math.nan
+    for ((name, cache), timing), o in out.items():
+        base_ms = _median(out[(("sdpa_default", "contiguous"), timing)]["times"])
+        ms = _median(o["times"])
         tbps = kv_bytes(batch, context) / ms * 1e-9 if o["times"] else math.nan
         result.append(dict(
             provider=name, cache=cache, batch=batch, context=context, q_heads=Q_HEADS, kv_heads=KV_HEADS,
             head_dim=HEAD_DIM, new_tokens=NEW_TOKENS, dtype=_name(DTYPE),
             page_size=PAGE_SIZE if cache == "paged" else "",
             num_splits=splits_chosen(decode, batch, context, q.device) if name == "flash_decode" else "",
-            timing=o["timing"] if o["times"] else "", ms=round(ms, 5), kv_bytes=kv_bytes(batch, context),
+            api="public" if name == "flash_decode" else "", timing=timing, ms=round(ms, 5),
+            host_us=round(o["host"], 1), kv_bytes=kv_bytes(batch, context),
             tbps=round(tbps, 3), ratio_to_sdpa_default=round(base_ms / ms, 3),
             ratio_to_read_ceiling=round(tbps / ceiling[0], 3), read_ceiling_tbps=round(ceiling[0], 3),
             copy_tbps=round(ceiling[1], 3), max_abs_err_vs_sdpa=f"{o['err']:.2e}", status=o["status"],
@@ -322,8 +350,9 @@ def measure_shape(batch, context, rows, flex, ceiling, rounds, rep_ms, log=print
 def skipped_rows(batch, context, rows, why, ceiling) -> list[dict]:
     return [dict(provider=name, cache=cache, batch=batch, context=context, q_heads=Q_HEADS, kv_heads=KV_HEADS,
                  head_dim=HEAD_DIM, new_tokens=NEW_TOKENS, dtype=_name(DTYPE), kv_bytes=kv_bytes(batch, context),
-                 read_ceiling_tbps=round(ceiling[0], 3), copy_tbps=round(ceiling[1], 3), status=f"skipped: {why}")
-            for name, cache in rows]
+                 timing=timing, read_ceiling_tbps=round(ceiling[0], 3), copy_tbps=round(ceiling[1], 3),
+                 status=f"skipped: {why}")
+            for name, cache in rows for timing in TIMINGS]
 
 
 def run(out_path: Path, budget=None, batches=BATCHES, contexts=CONTEXTS, names=PROVIDERS, rounds=5, rep_ms=20,
@@ -365,9 +394,10 @@ def run(out_path: Path, budget=None, batches=BATCHES, contexts=CONTEXTS, names=P
             for row in shape_rows:
                 row.update(env)
                 writer.writerow(row)
-                log(f"B={batch:3d} ctx={context:6d} {row['provider']:22s} {row['cache']:10s} "
+                log(f"B={batch:3d} ctx={context:6d} {row['provider']:22s} {row['cache']:10s} {row['timing']:10s} "
                     f"{row.get('tbps', math.nan):6.2f} TB/s x{row.get('ratio_to_sdpa_default', math.nan):.3f} "
-                    f"err {row.get('max_abs_err_vs_sdpa', '')} {row.get('timing', '')} {row['status']}")
+                    f"host {row.get('host_us', math.nan)} us err {row.get('max_abs_err_vs_sdpa', '')} "
+                    f"{row['status']}")
             f.flush()  # an interrupted sweep keeps what it measured
             rows_out += shape_rows
     log(f"done in {time.time() - start:.0f} s: {out_path}")

@@ -357,11 +357,16 @@ STYLES = {
 }
 
 
-def plot_decode_bandwidth(rows, batches=(1, 8, 64)):
+def _timed(rows, timing):
+    """The ok rows timed ``timing`` way (files from before the plain rows: every row counts as a graph's)."""
+    return [r for r in rows if r.get("status") == "ok" and r.get("timing", "cuda_graph") in (timing, "")]
+
+
+def plot_decode_bandwidth(rows, batches=(1, 8, 64), timing="cuda_graph"):
     """Achieved K/V bandwidth (TB/s) against the context, one panel per batch, one line per provider and
     cache layout, with the measured read ceiling. ``rows``: the CSV rows (dicts of strings) of
-    ``python -m gqa_flash.lab.bench_decode``; rows whose status is not ok are left out."""
-    ok = [r for r in rows if r.get("status") == "ok"]
+    ``python -m gqa_flash.lab.bench_decode``; only ok rows timed ``timing`` way are drawn."""
+    ok = _timed(rows, timing)
     ceilings = [float(r["read_ceiling_tbps"]) for r in ok if r.get("read_ceiling_tbps")]
     fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.9), sharey=True)
     for ax, batch in zip(np.atleast_1d(axes), batches):
@@ -398,7 +403,7 @@ def bandwidth_table(rows, providers=(("flash_decode", "contiguous"), ("flash_dec
                                      ("flex", "contiguous"), ("course_prefill_padded", "contiguous"))) -> str:
     """SDPA's TB/s and each provider's ratio to it (above 1: faster), per batch and context; '-' where a
     provider has no ok row (its status says why)."""
-    ok = {(r["provider"], r["cache"], int(r["batch"]), int(r["context"])): r for r in rows if r.get("status") == "ok"}
+    ok = {(r["provider"], r["cache"], int(r["batch"]), int(r["context"])): r for r in _timed(rows, "cuda_graph")}
     shapes = sorted({(int(r["batch"]), int(r["context"])) for r in rows})
     names = [f"{p} {c}" if p == "flash_decode" else p for p, c in providers]
     lines = [f"{'batch':>5s} {'context':>7s} {'SDPA TB/s':>9s} " + " ".join(f"{n:>23s}" for n in names)]
@@ -410,4 +415,35 @@ def bandwidth_table(rows, providers=(("flash_decode", "contiguous"), ("flash_dec
             cells.append(f"{float(r['ratio_to_sdpa_default']):>23.2f}" if r else f"{'-':>23s}")
         base = f"{float(sdpa['tbps']):9.2f}" if sdpa else f"{'-':>9s}"
         lines.append(f"{batch:5d} {_k(context):>7s} {base} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def serving_table(rows) -> str:
+    """flash_decode as a server calls it: its speed as a ratio to SDPA's, captured in a CUDA graph and
+    called plainly (each against SDPA timed the same way), paged over contiguous, and the host's
+    microseconds a call, per batch and context; '-' where a row is not ok."""
+    def key(r):
+        return r["provider"], r["cache"], r.get("timing") or "cuda_graph", int(r["batch"]), int(r["context"])
+
+    ok = {key(r): r for r in rows if r.get("status") == "ok"}
+    shapes = sorted({(int(r["batch"]), int(r["context"])) for r in rows})
+    head = ("batch", "context", "graph: contig", "paged", "paged/contig", "plain: contig", "paged", "host us: ours",
+            "SDPA")
+    lines = [" ".join(f"{h:>13s}" if i > 1 else f"{h:>7s}" for i, h in enumerate(head))]
+    for batch, context in shapes:
+        def get(provider, cache, timing, column):
+            r = ok.get((provider, cache, timing, batch, context))
+            return float(r[column]) if r and r.get(column) not in (None, "") else None
+
+        contig, paged = (get("flash_decode", c, "cuda_graph", "ms") for c in ("contiguous", "paged"))
+        cells = [get("flash_decode", "contiguous", "cuda_graph", "ratio_to_sdpa_default"),
+                 get("flash_decode", "paged", "cuda_graph", "ratio_to_sdpa_default"),
+                 contig / paged if contig and paged else None,
+                 get("flash_decode", "contiguous", "plain", "ratio_to_sdpa_default"),
+                 get("flash_decode", "paged", "plain", "ratio_to_sdpa_default")]
+        text = [f"{c:13.2f}" if c is not None else f"{'-':>13s}" for c in cells]
+        for provider in ("flash_decode", "sdpa_default"):
+            us = get(provider, "contiguous", "plain", "host_us")
+            text.append(f"{us:13.0f}" if us is not None else f"{'-':>13s}")
+        lines.append(f"{batch:7d} {_k(context):>7s} " + " ".join(text))
     return "\n".join(lines)

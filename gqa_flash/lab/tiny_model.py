@@ -64,13 +64,23 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.dim, 4 * cfg.dim), nn.GELU(), nn.Linear(4 * cfg.dim, cfg.dim))
 
     def forward(self, x):
+        q, k, v = self.project(x)
+        return self.finish(x, self.attention(q, k, v))
+
+    # The block in two halves around its attention, so that a generator with a KV cache
+    # (gqa_flash/lab/generate.py) can put its own attention between them.
+    def project(self, x):
+        """Q, K, V of ``x`` [B, N, dim]: [B, q_heads, N, D] and twice [B, kv_heads, N, D]."""
         b, n, _ = x.shape
         hd, hq, hkv = self.head_dim, self.cfg.q_heads, self.cfg.kv_heads
         q, k, v = self.qkv(self.norm1(x)).split([hq * hd, hkv * hd, hkv * hd], dim=-1)
         # [B, N, H*D] -> [B, H, N, D]: a transposed view, strides and all (the kernels take any strides).
-        q, k, v = (t.view(b, n, -1, hd).transpose(1, 2) for t in (q, k, v))
-        a = self.attention(q, k, v).transpose(1, 2).reshape(b, n, hq * hd)
-        x = x + self.out(a)
+        return tuple(t.view(b, n, -1, hd).transpose(1, 2) for t in (q, k, v))
+
+    def finish(self, x, a):
+        """The rest of the block, given ``x`` [B, N, dim] and the attention's output ``a`` [B, q_heads, N, D]."""
+        b, n, _ = x.shape
+        x = x + self.out(a.transpose(1, 2).reshape(b, n, self.cfg.q_heads * self.head_dim))
         return x + self.mlp(self.norm2(x))
 
 
@@ -110,6 +120,23 @@ def train(attention, steps=40, batch=16, digits=8, lr=3e-3, seed=0, device="cpu"
         if log_every and (step + 1) % log_every == 0:
             print(f"step {step + 1:4d}  loss {loss.item():.4f}")
     return losses
+
+
+def trained_model(attention, steps=300, batch=64, digits=8, lr=3e-3, seed=0, device="cpu", dtype=torch.float32,
+                  cfg: Config | None = None):
+    """A model trained as :func:`train` trains one (a fixed start, fixed batches), returned in eval mode."""
+    cfg = cfg or Config()
+    torch.manual_seed(seed)
+    model = TinyGQATransformer(cfg, attention).to(device=device, dtype=dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    gen = torch.Generator().manual_seed(seed + 1)
+    for _ in range(steps):
+        inputs, targets = sorting_batch(batch, digits, gen, device)
+        loss = F.cross_entropy(model(inputs).float().reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return model.eval()
 
 
 @torch.no_grad()

@@ -399,7 +399,7 @@ def _run_split(probes, c):
     k_strides = (kd.stride(0), kd.stride(2), kd.stride(1), kd.stride(3))
     v_strides = (vd.stride(0), vd.stride(2), vd.stride(1), vd.stride(3))
     launch(3, probes["split_partial"], (splits,), q_tile.to(dev()), all_tokens.to(torch.int32).to(dev()), kd,
-           vd, seqlens.to(dev()), acc, l_out, m_out, c["b"], c["kv"], scale, c["chunk"], *k_strides,
+           vd, seqlens.to(dev()), acc, l_out, m_out, c["b"], c["kv"], scale, c["chunk"], kd.shape[0], *k_strides,
            *v_strides, N_Q=c["n_new"], HEAD_DIM=c["head_dim"], HEAD_DIM_PAD=d_pad, BLOCK_M=block_m,
            BLOCK_N=SPLIT_BLOCK_N)
     got = (acc.cpu().view(splits, block_m, d_pad)[:, :rows, : c["head_dim"]],

@@ -214,7 +214,7 @@ def _probe_page_slots(TABLE, PAGE_OUT, SLOT_OUT, BATCH, SEQ_LEN, stride_tb, stri
     tl.store(SLOT_OUT + positions, slots)
 
 
-def _probe_split_partial(Q, TOKENS, K, V, SEQLENS, ACC_OUT, L_OUT, M_OUT, BATCH, KV_HEAD, qk_scale, CHUNK,
+def _probe_split_partial(Q, TOKENS, K, V, SEQLENS, ACC_OUT, L_OUT, M_OUT, BATCH, KV_HEAD, qk_scale, CHUNK, N_PAGES,
                          stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
                          N_Q: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -233,7 +233,7 @@ def _probe_split_partial(Q, TOKENS, K, V, SEQLENS, ACC_OUT, L_OUT, M_OUT, BATCH,
     acc, l_run, m_run = dec._split_partial(  # noqa: F821
         acc, l_run, m_run, q, tokens, K, V, SEQLENS, batch, split * 0 + KV_HEAD, split, n_valid, d, qk_scale,
         CHUNK, stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, 0, 0,
-        N_Q, HEAD_DIM, BLOCK_N, 1, False, "ieee")
+        N_Q, HEAD_DIM, N_PAGES, BLOCK_N, 1, False, "ieee")
     out = split * BLOCK_M + r
     tl.store(ACC_OUT + out[:, None] * HEAD_DIM_PAD + d[None, :], acc)
     tl.store(L_OUT + out, l_run)

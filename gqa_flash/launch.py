@@ -1,0 +1,104 @@
+"""Launching a Triton kernel again with less of the host's time (given code, not graded).
+
+``kernel[grid](*args)`` does a lot of work on the host before the GPU sees
+anything: it binds the arguments, works out how to specialise the kernel
+(which integers are 1 or multiples of 16, which pointers are aligned), hashes
+that into a cache key, looks the compiled kernel up and checks the globals it
+used. Measured on an H100 host (bench/probe_decode_host.py), that is about 40
+microseconds a launch, where the GPU needs 5 to read a 1k-token KV cache.
+A decoding step launches two kernels per layer per token: the host, not the
+GPU, would set the pace.
+
+:func:`launch` does Triton's work once per *signature* (every argument that is
+not a tensor, the tensors' dtypes and alignment, the grid and the launch
+options) and keeps the compiled kernel; a later launch with the same signature
+goes straight to the compiled kernel's launcher. A serving engine captures its
+step in a CUDA graph instead, which removes the host altogether: see
+``flash_decode(max_seqlen=...)``.
+
+In Triton's interpreter (a CPU) and with a Triton whose compiled kernels do
+not look as expected, it simply calls ``kernel[grid](*args, **meta)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gqa_flash import runtime
+
+try:
+    from triton import knobs
+except ImportError:  # an older Triton: the ordinary launch only
+    knobs = None
+
+_compiled: dict = {}  # (kernel, signature) -> (compiled kernel, the constexpr arguments after ``args``)
+_direct_ok = knobs is not None  # False once this Triton's compiled kernels refuse a direct launch
+
+
+def cdiv(a: int, b: int) -> int:
+    """``triton.cdiv`` for host integers: in Triton 3.6 and later that one is a constexpr function, whose
+    call costs microseconds of the host's time; a launcher computing its grid calls it a dozen times."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """``triton.next_power_of_2`` for host integers (see :func:`cdiv`): the least power of 2 >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+_tensor_slots: dict = {}  # kernel -> (positions of its tensor arguments, of the others), from its first launch
+
+
+def _signature(kernel, args, meta, grid):
+    slots = _tensor_slots.get(kernel)
+    if slots is None or len(args) != slots[2]:
+        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        others = [i for i in range(len(args)) if i not in tensors]
+        slots = _tensor_slots[kernel] = (tensors, others, len(args))
+    tensors = tuple([(args[i].dtype, args[i].data_ptr() % 16 == 0) for i in slots[0]])
+    return tensors, tuple([args[i] for i in slots[1]]), tuple(meta.items()), tuple(grid)
+
+
+def launch(kernel, grid, *args, **meta):
+    """``kernel[grid](*args, **meta)``, reusing the compiled kernel when the signature was seen before.
+
+    ``args`` are the kernel's leading arguments in order; ``meta`` its
+    constexpr arguments and launch options (num_warps, num_stages, ...).
+    """
+    if runtime.INTERPRETER or not _direct_ok:
+        kernel[grid](*args, **meta)
+        return
+    key = (kernel, _signature(kernel, args, meta, grid))
+    hit = _compiled.get(key)
+    if hit is not None and _direct(hit, grid, args):
+        return
+    compiled = kernel[grid](*args, **meta)
+    if hit is None:
+        _remember(kernel, key, compiled, args, meta)
+
+
+def _remember(kernel, key, compiled, args, meta):
+    names = getattr(kernel, "arg_names", None)
+    if names is None or not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
+        return
+    if not all(name in meta for name in names[len(args):]):
+        return  # a parameter left to its default: let Triton bind it
+    _compiled[key] = (compiled, [meta[name] for name in names[len(args):]])
+
+
+def _direct(hit, grid, args) -> bool:
+    """Launch through the compiled kernel's own launcher; False (and never again) if this Triton refuses."""
+    global _direct_ok
+    compiled, tail = hit
+    stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    hooks = knobs.runtime
+    try:  # as Triton's own launch does, hooks (a profiler's) included
+        compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
+                     compiled.launch_metadata(grid, stream, *args, *tail), hooks.launch_enter_hook,
+                     hooks.launch_exit_hook, *args, *tail)
+    except TypeError:  # the launcher takes other arguments in this Triton: the ordinary path from now on
+        _direct_ok = False
+        _compiled.clear()
+        return False
+    return True
