@@ -60,7 +60,7 @@ def path_of(name: str, choice: str | None = None) -> Path:
     return source_dir(choice) / f"{name}.py"
 
 
-_paths: dict[tuple[str, str], tuple[Path, str]] = {}
+_paths: dict[tuple[str, str, Path], tuple[Path, str]] = {}
 
 
 def load(name: str, choice: str | None = None) -> ModuleType:
@@ -69,10 +69,11 @@ def load(name: str, choice: str | None = None) -> ModuleType:
     Called on every call of the public API, so its usual case (the file has not changed) costs one
     ``stat`` of the file and two dictionary lookups."""
     choice = choice or current()
-    where = _paths.get((name, choice))
+    key = (name, choice, SOLUTIONS_DIR)  # (a test may point SOLUTIONS_DIR elsewhere)
+    where = _paths.get(key)
     if where is None:
         path = path_of(name, choice)
-        where = _paths[(name, choice)] = (path, str(path))
+        where = _paths[key] = (path, str(path))
     path = where[0]
     mtime = os.stat(where[1]).st_mtime_ns
     cached = _cache.get(path)
