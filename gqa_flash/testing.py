@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -579,3 +580,13 @@ class ScoreProducts(TorchFunctionMode):
                 rows, keys = result.shape[-2:] if result.dim() >= 2 else (1, result.shape[-1])
                 self.largest = (max(self.largest[0], rows), max(self.largest[1], keys))
         return result
+
+
+def folder(root: Path, name: str, files: dict[str, str]) -> Path:
+    """A new folder ``root/name`` holding ``files`` (relative path -> text), for tests that hand one in."""
+    path = root / name
+    path.mkdir()
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    return path

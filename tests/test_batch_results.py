@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gqa_flash import impl, layout
+from gqa_flash.testing import folder
 from gqa_flash.grader import grade, gradescope, plugin, report, submission, testrun
 from gqa_flash.grader.testrun import TestResult as Result
 
@@ -52,14 +53,6 @@ def stops_when_empty(monkeypatch):
         return sub
 
     monkeypatch.setattr(submission, "read", read)
-
-
-def folder(root: Path, name: str, files: dict[str, str]) -> Path:
-    path = root / name
-    path.mkdir()
-    for rel, text in files.items():
-        (path / rel).write_text(text)
-    return path
 
 
 def rows(book: Path) -> list[dict]:

@@ -24,6 +24,7 @@ import pytest
 from gqa_flash import impl, layout
 from gqa_flash.grader import grade, gradescope, release, sandbox, submission, testrun
 from gqa_flash.grader.testrun import Limits
+from gqa_flash.testing import folder
 
 COURSE = layout.COURSE_DIR
 SOLUTIONS = impl.SOLUTIONS_DIR
@@ -120,15 +121,6 @@ def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=Fals
     o = ((p / l).unsqueeze(-1) * v.unsqueeze(-3)).sum(-2).to(q.dtype)
     return (o, (m + l.log()).squeeze(-1)) if return_lse else o
 '''
-
-
-def folder(root: Path, name: str, files: dict[str, str]) -> Path:
-    path = root / name
-    path.mkdir()
-    for rel, text in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    return path
 
 
 def traces_in_the_course() -> list[str]:

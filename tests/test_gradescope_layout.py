@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from gqa_flash.grader import grade, gradescope, release
+from gqa_flash.testing import folder
 
 SOLUTIONS = release.SOLUTIONS_DIR
 
@@ -90,14 +91,6 @@ def test_setup_sh_and_run_autograder_in_gradescopes_layout(tmp_path):
     naive = [t for t in results["tests"] if t["name"].startswith("naive.py")]
     assert naive and all(t["status"] == "failed" and "SyntaxError" in t["output"] for t in naive), naive[:2]
     assert results["score"] == pytest.approx(sum(t["max_score"] for t in results["tests"] if t not in naive))
-
-
-def folder(root: Path, name: str, files: dict[str, str]) -> Path:
-    path = root / name
-    path.mkdir()
-    for rel, text in files.items():
-        (path / rel).write_text(text)
-    return path
 
 
 # --- run_autograder with the current Python, on every make test ------------------------------
