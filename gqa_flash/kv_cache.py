@@ -58,12 +58,11 @@ def _append_kernel(K_NEW, V_NEW, K, V, SEQLENS, BLOCK_TABLE,
     tl.store(V + rows_out[:, None] + offs_d[None, :] * stride_vd, v, mask=tile_ok)
 
 
-def cache_view(k_cache, block_table):
-    """``(strides as [pages, slots, Hkv, D], n_kv_heads, capacity, pages)`` of a cache, contiguous or paged."""
-    if block_table is not None:  # [num_blocks, page_size, Hkv, D]: already pages and slots
-        return k_cache.stride(), k_cache.shape[2], block_table.shape[1] * k_cache.shape[1], k_cache.shape[0]
-    s = k_cache.stride()  # [B, Hkv, S_max, D]: sequence b is page b, position p its slot p
-    return (s[0], s[2], s[1], s[3]), k_cache.shape[1], k_cache.shape[2], k_cache.shape[0]
+def _page_strides(cache, paged):
+    """A cache's strides as [pages, slots, Hkv, D]: a paged pool's own; a contiguous [B, Hkv, S_max, D]'s with
+    the middle two swapped (sequence b is page b, position p its slot p)."""
+    s = cache.stride()
+    return s if paged else (s[0], s[2], s[1], s[3])
 
 
 def append(k_new, v_new, k_cache, v_cache, cache_seqlens, block_table=None):
@@ -75,14 +74,13 @@ def append(k_new, v_new, k_cache, v_cache, cache_seqlens, block_table=None):
     """
     batch, n_kv_heads, n_new, head_dim = k_new.shape
     paged = block_table is not None
-    k_strides, _, capacity, n_pages = cache_view(k_cache, block_table)
-    v_strides = cache_view(v_cache, block_table)[0]
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[2]
     table = block_table if paged else cache_seqlens  # never read when not paged
     table_strides = block_table.stride() if paged else (0, 0)
     launch(_append_kernel, (batch * n_kv_heads,),
         k_new, v_new, k_cache, v_cache, cache_seqlens, table,
-        *k_new.stride(), *v_new.stride(), *k_strides, *v_strides, *table_strides,
-        n_kv_heads, capacity, n_pages,
+        *k_new.stride(), *v_new.stride(), *_page_strides(k_cache, paged), *_page_strides(v_cache, paged),
+        *table_strides, n_kv_heads, capacity, k_cache.shape[0],
         N_Q=n_new, N_Q_PAD=next_power_of_2(n_new), HEAD_DIM=head_dim,
         HEAD_DIM_PAD=next_power_of_2(head_dim), PAGE_SIZE=k_cache.shape[1] if paged else 1, PAGED=paged,
         num_warps=1 if runtime.INTERPRETER else 4,
