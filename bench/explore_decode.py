@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench_cudagraph
 
-from gqa_flash import impl
+from gqa_flash import decode_launch, impl
 from gqa_flash.lab import bench_decode as bd
 from gqa_flash.lab.bench import environment
 
@@ -119,9 +119,10 @@ def prefetch_decode(q, kp, vp, seqlens, table, num_splits, block_n, warps, stage
     lse = torch.empty((batch, hq, nq), dtype=torch.float32, device=q.device)
     _split_prefetch_kernel[(1, splits, batch * hkv)](
         q, kp, vp, seqlens, table, acc, l_part, m_part, *q.stride(), *kp.stride(), *vp.stride(), *table.stride(),
-        d ** -0.5 * dec.LOG2_E, hq, hkv, splits, chunk, N_Q=nq, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=16,
+        d ** -0.5 * decode_launch.LOG2_E, hq, hkv, splits, chunk, N_Q=nq, HEAD_DIM=d, HEAD_DIM_PAD=d, BLOCK_M=16,
         BLOCK_N=block_n, PAGE_SIZE=page_size, num_warps=warps, num_stages=stages)
-    dec.launch_merge(acc, l_part, m_part, o, lse)
+    merge = decode_launch.merge_launch(dec._flash_decode_merge_kernel, acc.shape, o.stride(), False)
+    merge(acc, l_part, m_part, o, lse)
     return o
 
 
@@ -233,7 +234,7 @@ def paged_tiles(out_dir):
         kp, vp, table = bd.paged_pool(k, v, 16)
         expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True).float()
         sdpa_ms = do_bench_cudagraph(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), rep=20)
-        chosen = dec.default_num_splits(batch * HKV, context, dec.SPLIT_BLOCK_N, q.device)
+        chosen = decode_launch.default_num_splits(batch * HKV, context, decode_launch.SPLIT_BLOCK_N, q.device)
         for splits in sorted({max(1, chosen - 1), chosen, chosen + 1} if chosen > 1 else {1}):
             for tile in PAGED_TILES:
                 cfg = dict(BLOCK_N=tile[0], num_warps=tile[1], num_stages=tile[2], pdl=splits > 1)

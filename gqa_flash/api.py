@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from gqa_flash import impl, kv_cache, validation
+from gqa_flash import decode_launch, impl, kv_cache, validation
 
 
 def _empty_result(q, return_lse):
@@ -202,8 +202,16 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
       graph and replayed after ``cache_seqlens``, ``block_table`` and the
       cache change in place. The kernels trust no value: lengths are clamped
       to the cache and page indices to the pool, so a wrong value gives wrong
-      rows, never a read or write outside the tensors.
+      rows, never a read or write outside the tensors. The checks and the
+      launch plan (splits, tiles, grids) are made once per signature of the
+      inputs (shapes, strides, dtypes, devices, alignment, the other
+      arguments): a later call with the same signature only allocates the
+      output and launches, a few microseconds of the host's time
+      (``decode_launch.serve``).
     """
+    if max_seqlen is not None:  # the serving path: checked and planned once per signature of inputs
+        return decode_launch.serve(impl.load("decode"), q, k_cache, v_cache, cache_seqlens, block_table, sm_scale,
+                                   num_splits, return_lse, max_seqlen, k_new, v_new)
     bound = validation.check_decode_inputs(q, k_cache, v_cache, cache_seqlens, block_table, num_splits,
                                            return_lse, max_seqlen, k_new, v_new)
     sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])

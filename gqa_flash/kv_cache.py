@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from gqa_flash import runtime  # picks the interpreter before the kernel below is defined
-from gqa_flash.launch import launch, next_power_of_2
+from gqa_flash.launch import Launch, next_power_of_2
 
 
 @triton.jit
@@ -58,11 +58,28 @@ def _append_kernel(K_NEW, V_NEW, K, V, SEQLENS, BLOCK_TABLE,
     tl.store(V + rows_out[:, None] + offs_d[None, :] * stride_vd, v, mask=tile_ok)
 
 
-def _page_strides(cache, paged):
+def page_strides(cache, paged):
     """A cache's strides as [pages, slots, Hkv, D]: a paged pool's own; a contiguous [B, Hkv, S_max, D]'s with
     the middle two swapped (sequence b is page b, position p its slot p)."""
     s = cache.stride()
     return s if paged else (s[0], s[2], s[1], s[3])
+
+
+def append_launch(k_new, v_new, k_cache, v_cache, block_table=None) -> Launch:
+    """The append's launch for inputs of these shapes and strides (``append`` says what it does); call it
+    with ``(k_new, v_new, k_cache, v_cache, cache_seqlens, block_table or cache_seqlens)``."""
+    batch, n_kv_heads, n_new, head_dim = k_new.shape
+    paged = block_table is not None
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[2]
+    table_strides = block_table.stride() if paged else (0, 0)
+    return Launch(_append_kernel, (batch * n_kv_heads,), (
+        *k_new.stride(), *v_new.stride(), *page_strides(k_cache, paged), *page_strides(v_cache, paged),
+        *table_strides, n_kv_heads, capacity, k_cache.shape[0],
+    ), dict(
+        N_Q=n_new, N_Q_PAD=next_power_of_2(n_new), HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=next_power_of_2(head_dim), PAGE_SIZE=k_cache.shape[1] if paged else 1, PAGED=paged,
+        num_warps=1 if runtime.INTERPRETER else 4,
+    ))
 
 
 def append(k_new, v_new, k_cache, v_cache, cache_seqlens, block_table=None):
@@ -72,16 +89,7 @@ def append(k_new, v_new, k_cache, v_cache, cache_seqlens, block_table=None):
     max_pages] int32 the pool ``[num_blocks, page_size, Hkv, D]``. Inputs are
     assumed checked (``validation.check_decode_inputs``); values are not.
     """
-    batch, n_kv_heads, n_new, head_dim = k_new.shape
-    paged = block_table is not None
-    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[2]
-    table = block_table if paged else cache_seqlens  # never read when not paged
-    table_strides = block_table.stride() if paged else (0, 0)
-    launch(_append_kernel, (batch * n_kv_heads,),
-        k_new, v_new, k_cache, v_cache, cache_seqlens, table,
-        *k_new.stride(), *v_new.stride(), *_page_strides(k_cache, paged), *_page_strides(v_cache, paged),
-        *table_strides, n_kv_heads, capacity, k_cache.shape[0],
-        N_Q=n_new, N_Q_PAD=next_power_of_2(n_new), HEAD_DIM=head_dim,
-        HEAD_DIM_PAD=next_power_of_2(head_dim), PAGE_SIZE=k_cache.shape[1] if paged else 1, PAGED=paged,
-        num_warps=1 if runtime.INTERPRETER else 4,
-    )
+    if k_new.shape[0] == 0:
+        return
+    table = block_table if block_table is not None else cache_seqlens  # never read when not paged
+    append_launch(k_new, v_new, k_cache, v_cache, block_table)(k_new, v_new, k_cache, v_cache, cache_seqlens, table)

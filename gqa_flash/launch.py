@@ -77,28 +77,84 @@ def launch(kernel, grid, *args, **meta):
         _remember(kernel, key, compiled, args, meta)
 
 
-def _remember(kernel, key, compiled, args, meta):
+def _tail(kernel, compiled, n_args, meta):
+    """The constexpr values a direct launch passes after the ``n_args`` leading arguments, or None
+    where this compiled kernel cannot be launched directly (a parameter left to its default)."""
     names = getattr(kernel, "arg_names", None)
     if names is None or not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
-        return
-    if not all(name in meta for name in names[len(args):]):
-        return  # a parameter left to its default: let Triton bind it
-    _compiled[key] = (compiled, [meta[name] for name in names[len(args):]])
+        return None
+    if not all(name in meta for name in names[n_args:]):
+        return None  # a parameter left to its default: let Triton bind it
+    return [meta[name] for name in names[n_args:]]
+
+
+def _remember(kernel, key, compiled, args, meta):
+    tail = _tail(kernel, compiled, len(args), meta)
+    if tail is not None:
+        _compiled[key] = (compiled, tail)
 
 
 def _direct(hit, grid, args) -> bool:
     """Launch through the compiled kernel's own launcher; False (and never again) if this Triton refuses."""
     global _direct_ok
     compiled, tail = hit
-    stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+    stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
     grid = tuple(grid) + (1,) * (3 - len(grid))
     hooks = knobs.runtime
+    enter = hooks.launch_enter_hook
     try:  # as Triton's own launch does, hooks (a profiler's) included
         compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-                     compiled.launch_metadata(grid, stream, *args, *tail), hooks.launch_enter_hook,
+                     None if enter is None else compiled.launch_metadata(grid, stream, *args, *tail), enter,
                      hooks.launch_exit_hook, *args, *tail)
     except TypeError:  # the launcher takes other arguments in this Triton: the ordinary path from now on
         _direct_ok = False
         _compiled.clear()
         return False
     return True
+
+
+class Launch:
+    """One launch of ``kernel`` whose grid, scalar arguments and options are fixed: only the tensors change.
+
+    ``Launch(kernel, grid, scalars, meta)(*tensors)`` is ``kernel[grid](*tensors, *scalars, **meta)``,
+    where the kernel's parameters are its tensors first, then ``scalars``, then ``meta`` (every constexpr
+    by name, and the launch options). A *plan* (``decode_launch.DecodePlan``) builds these once for one
+    signature of inputs; its key holds the tensors' dtypes and alignments, which is what Triton
+    specialises a kernel on, so the compiled kernel of the first call serves every later one and a
+    call skips :func:`launch`'s signature too: it goes straight to the compiled kernel's launcher.
+
+    Once that way has worked (``direct``), a pointer argument may also be given as a raw device
+    address, an int (the compiled kernel's launcher takes those, as Triton's own does), which is
+    how a plan hands over parts of one buffer without making a tensor of each.
+    """
+
+    def __init__(self, kernel, grid, scalars, meta):
+        self.kernel, self.grid, self.scalars, self.meta = kernel, tuple(grid), tuple(scalars), dict(meta)
+        self.hit = None  # what a direct launch needs, once the first call compiled the kernel
+        self.direct = False  # True once a call went straight to the compiled kernel's launcher
+
+    def __call__(self, *tensors):
+        global _direct_ok
+        if self.hit is not None:
+            # _direct's work, with everything that does not change between calls looked up once
+            compiled, run, grid, function, packed, tail = self.hit
+            hooks = knobs.runtime
+            enter = hooks.launch_enter_hook
+            stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+            metadata = None if enter is None else compiled.launch_metadata(grid, stream, *tensors, *tail)
+            try:
+                run(grid[0], grid[1], grid[2], stream, function, packed, metadata, enter, hooks.launch_exit_hook,
+                    *tensors, *tail)
+                self.direct = True
+                return
+            except TypeError:  # the launcher takes other arguments in this Triton: the ordinary path from now on
+                if self.direct:
+                    raise  # it took them before: the arguments are wrong, not the launcher
+                _direct_ok, self.hit = False, None
+        compiled = self.kernel[self.grid](*tensors, *self.scalars, **self.meta)
+        if self.hit is None and not runtime.INTERPRETER and _direct_ok:
+            tail = _tail(self.kernel, compiled, len(tensors) + len(self.scalars), self.meta)
+            if tail is not None:
+                grid = self.grid + (1,) * (3 - len(self.grid))
+                self.hit = (compiled, compiled.run, grid, compiled.function, compiled.packed_metadata,
+                            (*self.scalars, *tail))

@@ -64,19 +64,16 @@ What you write, in four ``@triton.jit`` helpers:
     Part 4  _merge_splits     the log-sum-exp merge of the splits: one row of O and its LSE
 """
 
-import torch
 import triton
 import triton.language as tl
 
-from gqa_flash import runtime  # picks the interpreter before the kernels below are defined
-from gqa_flash.launch import cdiv, launch, next_power_of_2  # the host's, cheaper than triton's
+from gqa_flash import runtime  # noqa: F401  (picks the interpreter before the kernels below are defined)
+from gqa_flash import decode_launch  # the host's side: splits, tiles, launches
 
 try:  # programmatic dependent launch, Hopper's and later GPUs' (used only with config "pdl")
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 except ImportError:  # an older Triton: never called, since PDL is then refused on the host
     gdc_launch_dependents = gdc_wait = None
-
-LOG2_E = 1.4426950408889634
 
 
 @triton.jit
@@ -411,76 +408,13 @@ def _flash_decode_merge_kernel(
                 stride_ob, stride_oh, stride_on, stride_od, N_Q_HEADS, N_Q, HEAD_DIM)
 
 
-# --- How many splits, and which tiles ----------------------------------------
+# --- Launching ---------------------------------------------------------------
 #
-# A split costs a merge, and a GPU gains nothing from more programs than it
-# can run at once. The heuristic (FlashAttention's idea, simplified):
-#   * batch x KV heads x row blocks programs already fill the SMs: no split;
-#   * otherwise cut each context into as many chunks as keep all programs in
-#     one wave of PROGRAMS_PER_SM a SM (two: one SM switches to the second
-#     while the first waits on memory), and no more: the programs of a second,
-#     partial wave would run on their own at the end, for as long as the whole
-#     first wave took. (On the H200, batch 8: 4 splits, 256 programs for 264
-#     places, ran 7% faster than 5 splits, 320 programs, from 8k keys.)
-#   * and never more splits than key blocks.
-# The interpreter runs programs one after the other, so splitting only adds
-# work there: it pretends to be a small GPU of 4 SMs, which keeps the split
-# count small while the default still exercises the merge on longer contexts.
-INTERPRETER_SMS = 4
-PROGRAMS_PER_SM = 2  # what SPLIT_CONFIG's shared memory allows at head_dim 128, bf16
-
-
-def _sm_count(device) -> int:
-    gpu = runtime.on_gpu(device)
-    return INTERPRETER_SMS if gpu is None else gpu[0]
-
-
-def default_num_splits(programs: int, max_seqlen: int, block_n: int, device) -> int:
-    """The split count the heuristic above picks for ``programs`` (batch x KV heads x row blocks)."""
-    sms = _sm_count(device)
-    if programs >= sms:
-        return 1
-    return max(1, min(PROGRAMS_PER_SM * sms // programs, cdiv(max_seqlen, block_n)))
-
-
-# In the interpreter: small fixed tiles (rows are padded to 16, tl.dot's least).
-INTERPRETER_CONFIG = dict(BLOCK_N=16, num_warps=4, num_stages=1)
-# On a GPU, tiles measured on an H200 (bench/explore_decode.py; bf16, 32 query
-# heads on 8 KV heads, head_dim 128, one new token, CUDA graphs): 64-key blocks
-# on 4 warps. Split, with 3 K/V tiles in flight (96 KiB of shared memory: two
-# programs a SM) and the merge kernel launched early (programmatic dependent
-# launch, "pdl"): worth 1-14% at contexts of 1k to 8k, where a step takes 5 to
-# 70 microseconds. Not split, with 2 tiles in flight (three programs a SM):
-# 0.90 -> 1.00 of SDPA's speed at batch 64, 1k, against 3 tiles. A paged cache
-# not split wants more, smaller programs (32-key blocks, 3 in flight: four
-# programs a SM), each waiting on its own table loads: 0.72 -> 0.96 at batch 64.
-SPLIT_CONFIG = dict(BLOCK_N=64, num_warps=4, num_stages=3, pdl=True)
-WHOLE_CONFIG = dict(BLOCK_N=64, num_warps=4, num_stages=2)
-PAGED_WHOLE_CONFIG = dict(BLOCK_N=32, num_warps=4, num_stages=3)
-SPLIT_BLOCK_N = SPLIT_CONFIG["BLOCK_N"]
-SHARED_MEMORY_HEADROOM = 24 * 1024  # bytes of a block's shared memory left for all but the K and V tiles
-MERGE_TILE = 8192  # fp32 elements of partial accumulators in one merge program (64 registers a thread)
-
-
-def pdl_supported(device) -> bool:
-    """Programmatic dependent launch needs a GPU of compute capability 9 (Hopper) or later, and a
-    Triton that has ``gdc_wait``; elsewhere (an A100, a laptop's GPU, the interpreter) the merge
-    kernel is launched the ordinary way, after the split kernel."""
-    gpu = runtime.on_gpu(device)
-    return gpu is not None and gpu[1] >= 9 and gdc_wait is not None
-
-
-def _gpu_config(num_splits: int, head_dim_pad: int, itemsize: int, device, paged: bool = False) -> dict:
-    if num_splits > 1:
-        config = dict(SPLIT_CONFIG)
-    else:
-        config = dict(PAGED_WHOLE_CONFIG if paged else WHOLE_CONFIG)
-    # K and V tiles, num_stages of each in flight, must fit in a block's shared memory (227 KiB on an
-    # H200): halve the block until they fit (head_dim 256 in fp32 needs it).
-    budget = runtime.on_gpu(device)[2] - SHARED_MEMORY_HEADROOM
-    while config["BLOCK_N"] > 16 and 2 * config["BLOCK_N"] * head_dim_pad * itemsize * config["num_stages"] > budget:
-        config["BLOCK_N"] //= 2
-    return config
+# How many splits, which tiles, the grids and the buffers of the partial
+# states are the host's decisions, made from shapes, strides and dtypes alone
+# (never from the lengths, which live on the GPU). gqa_flash/decode_launch.py
+# (given code) makes them into a plan, with the heuristics and the measured
+# tiles, and launches the two kernels above.
 
 
 def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=None, num_splits=None,
@@ -499,94 +433,10 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
     last split's end (a wrong row, not a wrong read). Nothing here reads
     ``cache_seqlens`` or the table on the host, and the kernels clamp the
     lengths and page indices they read, so this function can be captured in
-    a CUDA graph and trusts no value in those tensors. ``config`` (BLOCK_N, num_warps, num_stages, and
-    ``pdl``: launch the merge kernel early, on a GPU) overrides the tiles, for
-    benchmarks.
+    a CUDA graph and trusts no value in those tensors. ``config`` (BLOCK_N,
+    num_warps, num_stages, and ``pdl``: launch the merge kernel early, on a
+    GPU) overrides the tiles, for benchmarks.
     """
-    batch, n_q_heads, n_q, head_dim = q.shape
-    paged = block_table is not None
-    if paged:
-        page_size, n_kv_heads = k_cache.shape[1], k_cache.shape[2]
-        capacity = block_table.shape[1] * page_size
-        # Already [pages, slots, Hkv, D].
-        k_strides, v_strides, table_strides = k_cache.stride(), v_cache.stride(), block_table.stride()
-        table = block_table
-    else:
-        n_kv_heads, capacity, page_size = k_cache.shape[1], k_cache.shape[2], 1
-        # [B, Hkv, S_max, D] read as [pages = B, slots = S_max, Hkv, D]: swap the middle strides.
-        k_strides = (k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), k_cache.stride(3))
-        v_strides = (v_cache.stride(0), v_cache.stride(2), v_cache.stride(1), v_cache.stride(3))
-        table, table_strides = cache_seqlens, (0, 0)  # no table: any pointer will do, it is never read
-    if sm_scale is None:
-        sm_scale = head_dim ** -0.5
-    max_seqlen = capacity if max_seqlen is None else max_seqlen
-
-    # The packed rows: every query head of a group times every new token, in tiles of
-    # at least 16 rows (tl.dot's least) and at most 64 (beyond, registers run out).
-    group_rows = (n_q_heads // n_kv_heads) * n_q
-    block_m = max(16, min(next_power_of_2(group_rows), 64))
-    row_blocks = cdiv(group_rows, block_m)
-    head_dim_pad = max(16, next_power_of_2(head_dim))
-    interpret = runtime.INTERPRETER or not q.is_cuda
-
-    if num_splits is None:
-        guess_n = INTERPRETER_CONFIG["BLOCK_N"] if interpret else SPLIT_BLOCK_N
-        num_splits = default_num_splits(batch * n_kv_heads * row_blocks, max_seqlen, guess_n, q.device)
-    if config is None:
-        config = (INTERPRETER_CONFIG if interpret
-                  else _gpu_config(num_splits, head_dim_pad, q.element_size(), q.device, paged))
-    block_n = config["BLOCK_N"]
-    # Chunks of whole key blocks; a split count past the number of blocks shrinks to it.
-    chunk = cdiv(cdiv(max_seqlen, num_splits), block_n) * block_n
-    num_splits = cdiv(max_seqlen, chunk)
-
-    config = dict(config)
-    # Programmatic dependent launch: the merge kernel is launched while the split kernel still runs
-    # and waits on the GPU for its writes, instead of after it on the host's queue.
-    pdl = bool(config.pop("pdl", False)) and pdl_supported(q.device)
-    direct = num_splits == 1
-    # NaN in the interpreter until the kernels write them (runtime.empty_output), uninitialised on a GPU
-    o = runtime.empty_output((batch, n_q_heads, n_q, head_dim), q.dtype, q.device)
-    lse = runtime.empty_output((batch, n_q_heads, n_q), torch.float32, q.device)
-    if direct:  # one split needs no partial states: any fp32 tensor stands in for them
-        acc = l_part = m_part = lse
-    else:  # [B, Hq, Nq, splits(, D)] fp32
-        acc = torch.empty((batch, n_q_heads, n_q, num_splits, head_dim), dtype=torch.float32, device=q.device)
-        l_part = torch.empty((batch, n_q_heads, n_q, num_splits), dtype=torch.float32, device=q.device)
-        m_part = torch.empty_like(l_part)
-
-    # launch(kernel, grid, ...) is kernel[grid](...) with less of the host's time (gqa_flash/launch.py)
-    launch(_flash_decode_split_kernel, (row_blocks, num_splits, batch * n_kv_heads),
-        q, k_cache, v_cache, cache_seqlens, table, acc, l_part, m_part, o, lse,
-        *q.stride(), *o.stride(), *k_strides, *v_strides, *table_strides,
-        sm_scale * LOG2_E, n_q_heads, n_kv_heads, num_splits, chunk, capacity, k_cache.shape[0],
-        N_Q=n_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=block_m,
-        PAGE_SIZE=page_size, PAGED=paged,
-        # fp32 in means fp32 products (Triton would use tf32 by default)
-        INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        DIRECT=direct, PDL=pdl and not direct,
-        **config,
-    )
-    if not direct:
-        launch_merge(acc, l_part, m_part, o, lse, pdl)
-    return (o, lse) if return_lse else o
-
-
-def launch_merge(acc, l_part, m_part, o, lse, pdl=False):
-    """Launch the merge kernel: the partial states ``acc`` [B, Hq, Nq, splits, D], ``l_part`` and
-    ``m_part`` [B, Hq, Nq, splits] (fp32, contiguous) into ``o`` [B, Hq, Nq, D] and ``lse``
-    [B, Hq, Nq]. ``pdl``: launched early, waiting on the GPU for the split kernel (``pdl_supported``)."""
-    batch, n_q_heads, n_q, num_splits, head_dim = acc.shape
-    head_dim_pad = max(16, next_power_of_2(head_dim))
-    # BLOCK_R rows a program, as many as keep its [BLOCK_R, splits, head_dim] tile of partial
-    # accumulators within MERGE_TILE elements (on a GPU: registers; in the interpreter, where every
-    # program costs Python overhead, as many as there are, up to 64).
-    n_rows, splits_pad = batch * n_q_heads * n_q, next_power_of_2(num_splits)
-    fit = max(1, MERGE_TILE // (splits_pad * head_dim_pad))
-    interpret = runtime.INTERPRETER or not acc.is_cuda
-    block_r = min(next_power_of_2(n_rows), 64 if interpret else 1 << (fit.bit_length() - 1))
-    launch(_flash_decode_merge_kernel, (cdiv(n_rows, block_r),),
-        acc, l_part, m_part, o, lse, *o.stride(), n_rows, n_q_heads, num_splits,
-        N_Q=n_q, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=splits_pad, BLOCK_R=block_r,
-        PDL=pdl, num_warps=4, **(dict(launch_pdl=True) if pdl else {}),
-    )
+    return decode_launch.flash_decode((_flash_decode_split_kernel, _flash_decode_merge_kernel), q, k_cache,
+                                      v_cache, cache_seqlens, block_table, sm_scale, num_splits, return_lse,
+                                      max_seqlen, config)

@@ -16,7 +16,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import gqa_flash
-from gqa_flash import impl, kv_cache
+from gqa_flash import decode_launch, impl, kv_cache
 from gqa_flash.address_check import checked_addresses
 from gqa_flash.reference import reference_decode
 from gqa_flash.testing import assert_matches, decode_inputs
@@ -44,7 +44,7 @@ class _HostReads(TorchFunctionMode):
     """Records every torch function and method called with one of ``watched`` among its arguments."""
 
     METADATA = {"__get__", "stride", "data_ptr", "dim", "size", "numel", "element_size", "is_contiguous",
-                "storage_offset"}
+                "storage_offset", "get_device"}
 
     def __init__(self, *watched):
         super().__init__()
@@ -79,6 +79,7 @@ def test_max_seqlen_reads_nothing_on_the_host(paged, monkeypatch):
     for module, name in ((decode, "_flash_decode_split_kernel"), (decode, "_flash_decode_merge_kernel"),
                          (kv_cache, "_append_kernel")):
         monkeypatch.setattr(module, name, _NoLaunch())
+    monkeypatch.setattr(decode_launch, "_plans", {})  # no plan of these stand-ins outlives the test
     seen = {}
     for batch in (2, 6):
         q, k, v, seqlens, table = _inputs(0, paged, batch=batch, seqlens=(40,) * batch)
@@ -167,3 +168,59 @@ def test_serving_arguments_are_checked(kwargs, error, words):
     with pytest.raises(error, match=None) as info:
         gqa_flash.flash_decode(q, k, v, seqlens, **kwargs)
     assert words in str(info.value), str(info.value)
+
+
+def test_a_signature_seen_before_is_served_by_its_plan_with_new_values(monkeypatch, seed):
+    """The serving path checks and plans once per signature; a second call with the same shapes but new
+    values (queries, cache, lengths, pages) skips both and must still give the new answer."""
+    monkeypatch.setattr(decode_launch, "_plans", {})
+    checks = []
+    real_check = decode_launch.validation.check_decode_inputs
+    monkeypatch.setattr(decode_launch.validation, "check_decode_inputs",
+                        lambda *a, **kw: checks.append(1) or real_check(*a, **kw))
+    for round_, lengths in enumerate([(2, 30, 61), (64, 5, 17)]):
+        q, k, v, seqlens, table = _inputs(seed + round_, True, seqlens=lengths)
+        ref, _ = reference_decode(q, k, v, seqlens, table)
+        o = gqa_flash.flash_decode(q, k, v, seqlens, block_table=table, max_seqlen=CAPACITY)
+        assert_matches("O", o, ref, torch.float32, f"seed {seed}, call {round_ + 1} (lengths {lengths})")
+    assert len(checks) == 1 and len(decode_launch._plans) == 1, \
+        f"two calls of one signature: {len(checks)} checks, {len(decode_launch._plans)} plans (want 1 and 1)"
+
+
+@pytest.mark.parametrize("change", ["strides", "dtype", "alignment", "argument type", "kernel"])
+def test_a_new_signature_gets_a_plan_of_its_own(change, monkeypatch, seed):
+    """What the plan was made for is its key: queries with other strides, another dtype, an address of
+    another alignment, max_seqlen of another type or a kernel edited and loaded again each miss the first
+    plan (and are checked and answered afresh) instead of running a plan made for something else."""
+    monkeypatch.setattr(decode_launch, "_plans", {})
+    q, k, v, seqlens, table = _inputs(seed, False)
+    gqa_flash.flash_decode(q, k, v, seqlens, max_seqlen=CAPACITY)
+    if change == "argument type":  # served from max_seqlen=64, 64.0 would skip its check
+        with pytest.raises(TypeError, match="max_seqlen must be an int"):
+            gqa_flash.flash_decode(q, k, v, seqlens, max_seqlen=float(CAPACITY))
+        return
+    if change == "kernel":
+        stand_in = _NoLaunch()
+        monkeypatch.setattr(impl.load("decode"), "_flash_decode_split_kernel", stand_in)
+        gqa_flash.flash_decode(q, k, v, seqlens, max_seqlen=CAPACITY)
+        assert stand_in.grids, "the plan made for the kernel before the edit was used after it"
+        return
+    if change == "strides":
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)  # [B, Nq, Hq, D] memory, [B, Hq, Nq, D] view
+    elif change == "dtype":
+        q, k, v = q.half(), k.half(), v.half()
+    else:  # the same queries one element into a larger buffer: 4 bytes off a 16-byte boundary
+        q = torch.cat([torch.zeros(1), q.flatten()])[1:].view(q.shape)
+    ref, _ = reference_decode(q, k, v, seqlens, None)
+    o = gqa_flash.flash_decode(q, k, v, seqlens, max_seqlen=CAPACITY)
+    assert_matches("O", o, ref, q.dtype, f"seed {seed}, after a change of {change}")
+    assert len(decode_launch._plans) == 2, f"a change of {change} did not make a plan of its own"
+
+
+@pytest.mark.parametrize("max_seqlen", [None, CAPACITY], ids=["checked", "max_seqlen"])
+def test_an_empty_batch_gives_empty_outputs(max_seqlen):
+    q, k, v, seqlens, _ = _inputs(0, False, batch=0, seqlens=())
+    k_new = v_new = torch.zeros(0, 2, 2, 32)
+    o, lse = gqa_flash.flash_decode(q, k, v, seqlens, max_seqlen=max_seqlen, return_lse=True, k_new=k_new,
+                                    v_new=v_new)
+    assert o.shape == q.shape and lse.shape == q.shape[:3], (o.shape, lse.shape)

@@ -84,13 +84,14 @@ def test_decode_launches_the_merge_early_only_where_the_gpu_can(monkeypatch, int
                                                                  expected):
     """decode.py asks for programmatic dependent launch (PDL) by default on a GPU; a GPU older than
     Hopper cannot compile its instructions, so there the merge kernel must be launched plainly."""
-    decode = impl.load("decode")
+    from gqa_flash import decode_launch
+
     monkeypatch.setattr(runtime, "INTERPRETER", interpreter)
     # the GPU's (SMs, capability's major number, shared memory), as decode.py asks for them
     monkeypatch.setattr(runtime, "gpu_properties", lambda index: (132, capability[0], 232448))
-    if decode.gdc_wait is None:  # an older Triton: never
+    if decode_launch.gdc_wait is None:  # an older Triton: never
         expected = False
-    assert decode.pdl_supported(torch.device(device)) is expected
+    assert decode_launch.pdl_supported(torch.device(device)) is expected
 
 
 def test_an_output_nothing_was_written_to_reads_nan_and_the_verdict_says_so():

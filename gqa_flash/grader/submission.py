@@ -64,8 +64,9 @@ SKIPPED_FILES = {"Thumbs.db", "desktop.ini"}  # what Windows leaves behind; hidd
 # What graded code imports; anything else is worth a look.
 USUAL_IMPORTS = {"torch", "triton", "math", "numpy", "typing", "__future__", "functools", "dataclasses"}
 UNUSUAL_CALLS = {"__import__", "exec", "eval", "compile", "open", "setattr", "globals", "vars"}
-# gqa_flash.launch: the given launch helper of decode.py's launcher (it holds no answer; it launches what it is given)
-USUAL_COURSE_IMPORTS = ({"gqa_flash", "gqa_flash.runtime", "gqa_flash.launch"}
+# gqa_flash.decode_launch (decode.py's given host side) and gqa_flash.launch under it: no answer there; they
+# launch the kernels they are given
+USUAL_COURSE_IMPORTS = ({"gqa_flash", "gqa_flash.runtime", "gqa_flash.launch", "gqa_flash.decode_launch"}
                         | {f"gqa_flash.{m}" for m in layout.GRADED_MODULES})
 # Names through which graded code could reach the course's answers, or its guards: worth an integrity flag.
 ANSWER_NAMES = {"fast", "fast_attention_forward", "fast_attention_backward", "reference", "reference_attention",

@@ -58,7 +58,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gqa_flash import impl, runtime
+from gqa_flash import runtime
 from gqa_flash.lab.bench import ENVIRONMENT, environment
 
 Q_HEADS, KV_HEADS, HEAD_DIM, NEW_TOKENS, PAGE_SIZE = 32, 8, 128, 1, 16
@@ -177,20 +177,11 @@ def _flex():
         return None, f"unavailable: {type(e).__name__}: {str(e)[:100]}"
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+def splits_chosen(q, k_cache, v_cache, block_table, context) -> int:
+    """The split count flash_decode(max_seqlen=context) launches with for these inputs (its plan's)."""
+    from gqa_flash import decode_launch
 
-
-def splits_chosen(decode, batch, context, device) -> str:
-    """The split count flash_decode launches with here (its launcher's heuristic and rounding, replayed:
-    one row block, since 4 heads x 1 token fit in 64 rows); '' if the module has no such heuristic."""
-    try:
-        n = decode.default_num_splits(batch * KV_HEADS, context, decode.SPLIT_BLOCK_N, device)
-        block_n = decode._gpu_config(n, HEAD_DIM, 2, device)["BLOCK_N"]
-        chunk = _cdiv(_cdiv(context, n), block_n) * block_n
-        return str(_cdiv(context, chunk))
-    except Exception:
-        return ""
+    return decode_launch.DecodePlan((None, None), q, k_cache, v_cache, block_table, max_seqlen=context).num_splits
 
 
 def contiguous_inputs(batch, context, seed=0):
@@ -325,7 +316,6 @@ def measure_shape(batch, context, rows, flex, ceiling, rounds, rep_ms, log=print
                 timed.remove(key)
                 continue
             out[key]["times"].append(ms)
-    decode = impl.load("decode")
     result = []
     for ((name, cache), timing), o in out.items():
         base_ms = _median(out[(("sdpa_default", "contiguous"), timing)]["times"])
@@ -335,7 +325,8 @@ def measure_shape(batch, context, rows, flex, ceiling, rounds, rep_ms, log=print
             provider=name, cache=cache, batch=batch, context=context, q_heads=Q_HEADS, kv_heads=KV_HEADS,
             head_dim=HEAD_DIM, new_tokens=NEW_TOKENS, dtype=_name(DTYPE),
             page_size=PAGE_SIZE if cache == "paged" else "",
-            num_splits=splits_chosen(decode, batch, context, q.device) if name == "flash_decode" else "",
+            num_splits=splits_chosen(q, *((kp, vp, table) if cache == "paged" else (k, v, None)), context)
+            if name == "flash_decode" else "",
             api="public" if name == "flash_decode" else "", timing=timing, ms=round(ms, 5),
             host_us=round(o["host"], 1), kv_bytes=kv_bytes(batch, context),
             tbps=round(tbps, 3), ratio_to_sdpa_default=round(base_ms / ms, 3),

@@ -56,6 +56,18 @@ def test_decode_matches_float64_on_gpu(case, dtype, seed):
     print(f"\n{case} {dtype}: max |O - ref| {err:.2e}, max |LSE - ref| {lse_err:.2e}")
     assert_matches("O", o, ref, dtype)  # the course's tolerances: absolute plus relative (V reaches 16 here)
     assert_lse_matches(lse, ref_lse)
+    # The serving path (max_seqlen): planned on the first call, then straight to the compiled kernels with
+    # tensors, then with raw addresses into one buffer; new values of the same signature each time.
+    for round_ in range(3):
+        q, k, v, seqlens, table = decode_inputs(seed + 1 + round_, batch=3, n_q_heads=hq, n_kv_heads=hkv, n_new=nq,
+                                                head_dim=d, seqlens=(nq, 700, 1500), capacity=1536,
+                                                page_size=page_size, dtype=dtype, device="cuda", q_layout=q_layout,
+                                                table_layout=table_layout or "contiguous")
+        o, lse = api.flash_decode(q, k, v, seqlens, block_table=table, num_splits=splits, return_lse=True,
+                                  max_seqlen=1536)
+        ref, ref_lse = reference_decode(q, k, v, seqlens, table)
+        assert_matches("O", o, ref, dtype, f"served call {round_ + 1}")
+        assert_lse_matches(lse, ref_lse)
 
 
 @pytest.mark.timeout(300)
@@ -153,16 +165,21 @@ def test_bad_lengths_and_pages_do_not_fault_on_gpu(paged, seed):
 
 
 @pytest.mark.timeout(120)
-def test_the_second_launch_goes_straight_to_the_compiled_kernel_and_agrees(seed):
-    """gqa_flash/launch.py keeps each compiled kernel by signature; a second call with the same shapes and
-    new values launches it directly (no Triton binding), and must give what the reference gives."""
-    from gqa_flash import launch
+def test_served_calls_go_straight_to_the_compiled_kernels_and_agree(seed):
+    """decode_launch.serve keeps one plan a signature; from its second call the plan's launches go to the
+    compiled kernels' launchers directly, and from its third they pass raw addresses into one buffer for
+    the LSE and the partial states. Every call, with new values, must give what the reference gives."""
+    from gqa_flash import decode_launch
 
-    for round_ in range(3):  # round 0 compiles (or finds) the kernels; rounds 1 and 2 go the direct way
+    decode_launch._plans.clear()
+    for round_ in range(4):
         q, k, v, seqlens, table = decode_inputs(seed + round_, batch=2, n_q_heads=32, n_kv_heads=8, head_dim=128,
                                                 seqlens=(5, 3000), capacity=3072, page_size=16,
                                                 dtype=torch.bfloat16, device="cuda")
-        o = api.flash_decode(q, k, v, seqlens, block_table=table, max_seqlen=3072)
-        ref, _ = reference_decode(q, k, v, seqlens, table)
+        o, lse = api.flash_decode(q, k, v, seqlens, block_table=table, max_seqlen=3072, return_lse=True)
+        ref, ref_lse = reference_decode(q, k, v, seqlens, table)
         assert_matches("O", o, ref, torch.bfloat16, f"round {round_}")
-    assert launch._direct_ok and launch._compiled, "the direct launch was refused by this Triton"
+        assert_lse_matches(lse, ref_lse)
+    (plan,) = decode_launch._plans.values()
+    assert plan.merge is not None, "batch 2 at 3k should split (the merge kernel runs)"
+    assert plan.split.direct and plan.merge.direct, "the direct launch was refused by this Triton"
