@@ -20,7 +20,10 @@ from gqa_flash.api import (
     merge_softmax_states,
     naive_attention,
     online_softmax,
+    ring_attention,
+    shard_sequence,
     tiled_attention,
+    unshard_sequence,
 )
 from gqa_flash.reference import reference_attention, reference_decode, reference_gradients
 from gqa_flash.runtime import describe
@@ -36,6 +39,9 @@ __all__ = [
     "fast_attention_backward",
     "flash_attention_backward",
     "flash_decode",
+    "ring_attention",
+    "shard_sequence",
+    "unshard_sequence",
     "reference_attention",
     "reference_decode",
     "reference_gradients",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from gqa_flash import decode_launch, impl, kv_cache, validation
+from gqa_flash import context_parallel, decode_launch, impl, kv_cache, validation
 
 
 def _empty_result(q, return_lse):
@@ -222,3 +222,28 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
     return impl.load("decode").flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=block_table,
                                             sm_scale=sm_scale, num_splits=num_splits, return_lse=return_lse,
                                             max_seqlen=bound)
+
+
+def ring_attention(q, k, v, causal=True, sm_scale=None, group=None, layout="zigzag", return_lse=False):
+    """This rank's shard of attention over a sequence split across a process group (``ring.py``, practice).
+
+    ``q`` [B, Hq, N_local, D], ``k``, ``v`` [B, Hkv, N_local, D] are this
+    rank's shards of the sequence in ``layout`` ("zigzag": chunks r and
+    2W - 1 - r of 2W; "contiguous": chunk r of W; ``shard_sequence`` makes
+    them). K and V blocks travel around the ranks of ``group`` (default: the
+    world) with torch.distributed's point-to-point operations, gloo or NCCL,
+    and each rank folds every visiting block into its running (O, LSE).
+    Returns this rank's O shard in q's dtype and, with ``return_lse``, its
+    LSE [B, Hq, N_local] (natural log, fp32). Every rank of the group must
+    call it with shards of one shape; a rank that fails ends the others'
+    wait after the group's timeout, with an error that names it. No
+    backward.
+    """
+    context_parallel.check_ring_inputs(q, k, v, causal, layout, return_lse)
+    sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
+    return impl.load("ring").ring_attention(q, k, v, causal=causal, sm_scale=sm_scale, group=group, layout=layout,
+                                            return_lse=return_lse)
+
+
+shard_sequence = context_parallel.shard_sequence
+unshard_sequence = context_parallel.unshard_sequence

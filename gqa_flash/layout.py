@@ -33,7 +33,7 @@ GRADED_FILES = tuple(f"{name}.py" for name in GRADED_MODULES)
 BONUS_MODULES = ("backward", "decode")
 # Practice files: written like the graded ones (single-sourced in the solutions, behind the
 # implementation switch, checked in a notebook) but never graded, so not in GRADED_FILES.
-PRACTICE_MODULES = ("traffic",)
+PRACTICE_MODULES = ("traffic", "ring")
 
 # How a graded file marks a part the student writes: a banner line, the part,
 # then the banner's end.
