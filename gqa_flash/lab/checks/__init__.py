@@ -39,6 +39,7 @@ One module per lesson:
     decode.py         notebook 07 (bonus): flash_decode whole, through the public API
     decode_replays.py notebook 07 (bonus): decode.py's Parts 3 and 4 in float64, and their usual mistakes
     traffic.py        notebook 05 (practice, not graded): traffic.py, launch order and an L2 model
+    ring.py           notebook 08 (practice, not graded yet): ring.py's three parts and the ring on gloo
 
 ``python -m gqa_flash.lab.checks`` prints :func:`progress`.
 """
@@ -61,6 +62,7 @@ from gqa_flash.lab.checks.primer import (
 )
 from gqa_flash.lab.checks.softmax import check_block_state, check_merge_states, check_online_softmax
 from gqa_flash.lab.checks.tiled import check_tiled
+from gqa_flash.lab.checks.ring import check_block_pairs, check_merge_blocks, check_ring_attention, check_ring_source
 from gqa_flash.lab.checks.traffic import check_launch_order, check_traffic_model
 from gqa_flash.lab.checks.verdict import Verdict, explain
 
@@ -129,6 +131,10 @@ __all__ = [
     "check_decode",
     "check_launch_order",
     "check_traffic_model",
+    "check_ring_source",
+    "check_block_pairs",
+    "check_merge_blocks",
+    "check_ring_attention",
     "forward_error_map",
     "simulated_error_map",
     "KERNEL_BUGS",

@@ -1,0 +1,251 @@
+"""Notebook 08: the checks of ring.py, one per part, and the whole ring on CPU processes.
+
+* Part 1, :func:`check_ring_source`: the source rank of every step, for rings of 1 to 6 ranks, against a
+  replay of the ring (blocks moved one rank on per step), not the formula.
+* Part 2, :func:`check_block_pairs`: the (q chunk, kv chunk, diagonal) pairs for both layouts, every rank and
+  source, causal or not, against pairs this check finds by comparing every query position with every key
+  position of the two shards.
+* Part 3, :func:`check_merge_blocks`: merging (O, LSE) of random rows, rows that have seen nothing yet (-inf)
+  included, against the float64 attention of the two key sets taken together.
+* :func:`check_ring_attention`: ``gqa_flash.ring_attention`` on 2 and 3 gloo processes against the reference.
+
+On a wrong answer each check replays the usual mistakes (the ring turning the wrong way, the diagonal
+unmasked, the zigzag halves swapped, a merge without the LSE...) and names the one your result matches.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gqa_flash import context_parallel
+from gqa_flash.lab.checks.verdict import Stop, Verdict, fail, load, prints_verdict, run_student, what
+
+MODULE = "ring"
+
+
+# --- Part 1 -------------------------------------------------------------------------------------------------
+
+
+def _replayed_sources(world_size):
+    """holder[step][rank]: whose block each rank holds, by moving every block one rank on per step."""
+    holding, out = list(range(world_size)), []
+    for _ in range(world_size):
+        out.append(list(holding))
+        holding = [holding[(r - 1) % world_size] for r in range(world_size)]  # rank r takes r - 1's
+    return out
+
+
+_SOURCE_MISTAKES = [
+    (lambda r, s, w: (r + s) % w, "the ring turns the wrong way: each rank sends to rank + 1, so at step s it "
+                                  "holds the block of rank - s"),
+    (lambda r, s, w: r - s, "the rank goes negative: wrap it around the ring (modulo world_size)"),
+    (lambda r, s, w: (s - r) % w, "rank and step are the wrong way round: the block came s ranks back from rank"),
+    (lambda r, s, w: s, "every rank holds the same block at a step: at step 0 each holds its own"),
+]
+
+
+@prints_verdict
+def check_ring_source():
+    """ring.py Part 1: the rank whose K/V block each rank holds at each step."""
+    mod = load(MODULE)
+    for world_size in range(1, 7):
+        expected = _replayed_sources(world_size)
+        for step in range(world_size):
+            for rank in range(world_size):
+                got = run_student(MODULE, mod.ring_source, rank, step, world_size, part=1)
+                if got == expected[step][rank]:
+                    continue
+                cause = next((text for f, text in _SOURCE_MISTAKES if f(rank, step, world_size) == got), None)
+                raise Stop(fail(MODULE, 1, "the wrong source rank",
+                                where=f"rank {rank} of {world_size} at step {step}: got {got!r}, expected "
+                                      f"{expected[step][rank]}", cause=cause))
+    return Verdict(True, what(MODULE, 1), "every rank's source at every step of rings of 1 to 6 ranks")
+
+
+# --- Part 2 -------------------------------------------------------------------------------------------------
+
+
+def _seen_pairs(layout, rank, source, world_size, causal, c=2, chunk_ids=context_parallel.chunk_ids,
+                diagonal_masked=True, swap_mine=False, swap_theirs=False):
+    """The pairs found position by position: chunk i of rank's shard against chunk j of source's; a pair is
+    in when some query may see some key, and diagonal when some query of it may not see every key."""
+    mine, theirs = chunk_ids(rank, world_size, layout), chunk_ids(source, world_size, layout)
+    mine, theirs = mine[::-1] if swap_mine else mine, theirs[::-1] if swap_theirs else theirs
+    pairs = []
+    for i, qc in enumerate(mine):
+        for j, kc in enumerate(theirs):
+            seen = [[not causal or kc * c + b <= qc * c + a for b in range(c)] for a in range(c)]
+            if any(map(any, seen)):
+                partial = not all(map(all, seen))
+                pairs.append((i, j, partial and diagonal_masked))
+    return sorted(pairs)
+
+
+def _positions(rank, world_size, layout):
+    return tuple(range(context_parallel.check_layout(layout)))
+
+
+_PAIR_MISTAKES = [  # (keyword arguments of _seen_pairs that replay it, what to tell the student)
+    (dict(diagonal_masked=False), "a diagonal pair is not marked diagonal: the block where a chunk meets itself "
+                                  "needs the causal mask (True)"),
+    (dict(causal=False), "the causal mask is ignored: a query chunk sees nothing of a later chunk"),
+    *[(dict(swap_mine=m, swap_theirs=t), "the zigzag halves are swapped: a shard holds chunk r first, then "
+                                         "2 * world_size - 1 - r (context_parallel.chunk_ids)")
+      for m, t in ((True, True), (False, True), (True, False))],
+    (dict(chunk_ids=_positions), "shard positions are compared, not global chunk numbers: chunk 1 of one shard "
+                                 "is not chunk 1 of another; compare context_parallel.chunk_ids"),
+]
+
+
+def _as_pairs(out, where):
+    problem = None
+    if not isinstance(out, (list, tuple)):
+        problem = f"block_pairs returned a {type(out).__name__}; expected a list of (q_chunk, kv_chunk, diagonal)"
+    else:
+        for item in out:
+            if not (isinstance(item, (tuple, list)) and len(item) == 3 and isinstance(item[2], bool)
+                    and all(isinstance(x, int) and not isinstance(x, bool) for x in item[:2])):
+                problem = f"{item!r} is not a (q_chunk, kv_chunk, diagonal) triple of (int, int, bool)"
+                break
+    if problem:
+        raise Stop(fail(MODULE, 2, problem, where=where))
+    return sorted(tuple(item) for item in out)
+
+
+@prints_verdict
+def check_block_pairs():
+    """ring.py Part 2: which chunk pairs a rank computes with a visiting block, and which are diagonal."""
+    mod = load(MODULE)
+    cases = 0
+    for layout in context_parallel.LAYOUTS:
+        for world_size in (1, 2, 3, 4):
+            for causal in (True, False):
+                for rank in range(world_size):
+                    for source in range(world_size):
+                        ranks = f"{world_size} rank" + ("s" if world_size > 1 else "")
+                        where = (f"layout={layout!r}, {ranks}, rank {rank}, the block of rank {source}, "
+                                 f"causal={causal}")
+                        got = _as_pairs(run_student(MODULE, mod.block_pairs, layout, rank, source, world_size,
+                                                    causal, part=2), where)
+                        expected = _seen_pairs(layout, rank, source, world_size, causal)
+                        cases += 1
+                        if got == expected:
+                            continue
+                        args = dict(layout=layout, rank=rank, source=source, world_size=world_size, causal=causal)
+                        cause = next((text for kw, text in _PAIR_MISTAKES
+                                      if _seen_pairs(**{**args, **kw}) == got), None)
+                        raise Stop(fail(MODULE, 2, "the wrong pairs", where=f"{where}: got {got}, expected "
+                                        f"{expected}", cause=cause))
+    return Verdict(True, what(MODULE, 2), f"right pairs in all {cases} cases (both layouts, 1 to 4 ranks, "
+                                           "causal and not)")
+
+
+# --- Part 3 -------------------------------------------------------------------------------------------------
+
+
+def _attention64(s, v):
+    """(O, LSE) of scores s [n, k] (-inf where masked) and values v [k, D], float64; O = 0 where a row sees
+    nothing."""
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isneginf(lse), 0.0, lse)[:, None])
+    return p @ v, lse
+
+
+def _merged64(o, lse, o_b, lse_b):
+    """The right merge, in float64 (for the replays of the mistakes)."""
+    total = torch.logaddexp(lse, lse_b)
+    safe = torch.where(torch.isneginf(total), 0.0, total)
+    return o * torch.exp(lse - safe)[:, None] + o_b * torch.exp(lse_b - safe)[:, None], total
+
+
+_MERGE_MISTAKES = [
+    (lambda o, l, ob, lb: ((o + ob) / 2, torch.logaddexp(l, lb)),
+     "the outputs are averaged: weigh each by exp(its lse - the merged lse), its share of the row's sum"),
+    (lambda o, l, ob, lb: (o * torch.exp(l)[:, None] + ob * torch.exp(lb)[:, None], torch.logaddexp(l, lb)),
+     "each output is weighed by exp(lse) but not divided by the row's total: the weights must sum to 1"),
+    (lambda o, l, ob, lb: (_merged64(o, l, ob, lb)[0], torch.maximum(l, lb)),
+     "the merged lse is the larger one: it is the log of the sum of both parts' sums (logaddexp)"),
+]
+
+
+@prints_verdict
+def check_merge_blocks():
+    """ring.py Part 3: folding one block's (O, LSE) into the running (O, LSE)."""
+    mod = load(MODULE)
+    gen = torch.Generator().manual_seed(8)
+    n, k, d = 6, 5, 4
+    s = torch.randn(n, 2 * k, generator=gen, dtype=torch.float64) * 3
+    s[0] = float("-inf")  # row 0 sees no key at all
+    s[1, :k] = float("-inf")  # row 1 sees nothing of the first block, row 2 nothing of the second
+    s[2, k:] = float("-inf")
+    v = torch.randn(2 * k, d, generator=gen, dtype=torch.float64)
+    o_a, lse_a = _attention64(s[:, :k], v[:k])
+    o_b, lse_b = _attention64(s[:, k:], v[k:])
+    want_o, want_lse = _attention64(s, v)
+    got = run_student(MODULE, mod.merge_blocks, o_a.float(), lse_a.float(), o_b.float(), lse_b.float(), part=3)
+    if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
+        raise Stop(fail(MODULE, 3, f"merge_blocks returned {type(got).__name__}; expected a pair (o, lse)"))
+    o, lse = got
+    if o.shape != want_o.shape or lse.shape != want_lse.shape:
+        raise Stop(fail(MODULE, 3, f"shapes o {list(o.shape)}, lse {list(lse.shape)}; expected "
+                                   f"{list(want_o.shape)} and {list(want_lse.shape)}"))
+    bad_rows = [r for r in range(n) if not (
+        torch.allclose(o[r].double(), want_o[r], atol=1e-5)
+        and (torch.isneginf(want_lse[r]) == torch.isneginf(lse[r]).item())
+        and (torch.isneginf(want_lse[r]) or abs(lse[r].item() - want_lse[r].item()) < 1e-5))]
+    if not bad_rows:
+        return Verdict(True, what(MODULE, 3), "rows over two blocks, rows that saw only one, and a row that saw "
+                                              "none yet (-inf) all merge right")
+    row = bad_rows[0]
+    kind = {0: "a row that has seen no key in either part (both lse -inf)",
+            1: "a row whose running part saw nothing yet (its lse -inf)",
+            2: "a row the new block adds nothing to (lse_blk -inf)"}.get(row, "a row that saw keys in both parts")
+    def same(replay):
+        o_r, lse_r = replay
+        return torch.allclose(o_r[row], o[row].double(), atol=1e-5) and torch.allclose(
+            lse_r[row], lse[row].double(), atol=1e-5, equal_nan=True)
+
+    cause = "NaN where an lse is -inf: guard the weights (exp(-inf - (-inf)) is NaN)" if o[row].isnan().any() \
+        else next((text for f, text in _MERGE_MISTAKES if same(f(o_a, lse_a, o_b, lse_b))), None)
+    raise Stop(fail(MODULE, 3, "the merged (O, LSE) differs from attention over both blocks at once",
+                    where=f"row {row}, {kind}: O {_short(o[row])} expected {_short(want_o[row])}; lse "
+                          f"{lse[row].item():.4g} expected {want_lse[row].item():.4g}", cause=cause))
+
+
+def _short(row):
+    return "[" + ", ".join(f"{x:.4g}" for x in row.tolist()) + "]"
+
+
+# --- The whole ring ---------------------------------------------------------------------------------------------
+
+
+@prints_verdict
+def check_ring_attention():
+    """ring.py: ring_attention on 2 and 3 gloo processes (CPU), both layouts, against the float64 reference."""
+    from gqa_flash.lab import ring_run
+    from gqa_flash.reference import reference_attention
+
+    mod = load(MODULE)
+    for part, call in ((1, lambda: mod.ring_source(0, 0, 1)), (2, lambda: mod.block_pairs("zigzag", 0, 0, 1, True)),
+                       (3, lambda: mod.merge_blocks(*(torch.zeros(1, 1) for _ in range(4))))):
+        run_student(MODULE, call, part=part)  # a part not started stops here, by name
+    for world_size in (2, 3):
+        cases = [dict(seed=world_size * 10 + i, batch=1, hq=4, hkv=2, n=4 * world_size, d=8, causal=causal,
+                      layout=layout, dtype=torch.float32)
+                 for i, (causal, layout) in enumerate([(True, "zigzag"), (True, "contiguous"), (False, "zigzag")])]
+        results = ring_run.run_on_cpu(ring_run.ring_cases, world_size, cases, timeout_s=20)
+        errors = [f"rank {r}: {value.splitlines()[0]}" for r, (status, value) in enumerate(results) if status != "ok"]
+        if errors:
+            raise Stop(fail(MODULE, None, f"ring_attention failed on {world_size} processes",
+                            where="; ".join(errors)))
+        for i, case in enumerate(cases):
+            gen = torch.Generator().manual_seed(case["seed"])
+            q, k, v = (torch.randn(1, h, case["n"], 8, generator=gen) for h in (4, 2, 2))
+            o = context_parallel.unshard_sequence([results[r][1][i][0] for r in range(world_size)], case["layout"])
+            ref, _ = reference_attention(q, k, v, causal=case["causal"])
+            if not torch.allclose(o.double(), ref, atol=1e-5):
+                raise Stop(fail(MODULE, None, "ring_attention's output differs from the reference",
+                                where=f"{world_size} ranks, layout={case['layout']!r}, causal={case['causal']}: "
+                                      f"max error {(o.double() - ref).abs().max().item():.2e}"))
+    return Verdict(True, what(MODULE), "ring_attention on 2 and 3 gloo processes, both layouts, causal and not, "
+                                       "matches the reference")
