@@ -225,7 +225,7 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=
 
 
 def ring_attention(q, k, v, causal=True, sm_scale=None, group=None, layout="zigzag", return_lse=False):
-    """This rank's shard of attention over a sequence split across a process group (``ring.py``, practice).
+    """This rank's shard of attention over a sequence split across a process group (``ring.py``, bonus).
 
     ``q`` [B, Hq, N_local, D], ``k``, ``v`` [B, Hkv, N_local, D] are this
     rank's shards of the sequence in ``layout`` ("zigzag": chunks r and

@@ -27,13 +27,13 @@ TESTS_DIR = COURSE_DIR / "tests"
 GRADED_TESTS_DIR = TESTS_DIR / "graded"
 
 # The files a student writes, in course order; each has tests/graded/test_<name>.py.
-GRADED_MODULES = ("naive", "online_softmax", "tiled", "forward", "backward", "decode")
+GRADED_MODULES = ("naive", "online_softmax", "tiled", "forward", "backward", "decode", "ring")
 GRADED_FILES = tuple(f"{name}.py" for name in GRADED_MODULES)
 # Graded beyond the 100 points of the others.
-BONUS_MODULES = ("backward", "decode")
+BONUS_MODULES = ("backward", "decode", "ring")
 # Practice files: written like the graded ones (single-sourced in the solutions, behind the
 # implementation switch, checked in a notebook) but never graded, so not in GRADED_FILES.
-PRACTICE_MODULES = ("traffic", "ring")
+PRACTICE_MODULES = ("traffic",)
 
 # How a graded file marks a part the student writes: a banner line, the part,
 # then the banner's end.

@@ -10,6 +10,7 @@ them::
         forward.py
         backward.py      bonus, only once you have started it
         decode.py        bonus, only once you have started it
+        ring.py          bonus, only once you have started it
 
 A file that is still the stub you were given is left out, and named: the
 grader grades a missing file as its stub, so leaving it out costs nothing. The

@@ -101,7 +101,7 @@ def table(report: Report) -> str:
 # --- rows that need a second look ------------------------------------------------------
 
 # A note saying a file was graded under another name (a learning platform's download name, say).
-RENAMED = re.compile(r"\bas (?:\S+/)?(?:naive|online_softmax|tiled|forward|backward|decode)\.py\b|\brenamed\b")
+RENAMED = re.compile(r"\bas (?:\S+/)?(?:naive|online_softmax|tiled|forward|backward|decode|ring)\.py\b|\brenamed\b")
 # The same, for nothing but a platform's name: how a bulk download's files arrive (Report.platform).
 PLATFORM_ONLY = re.compile(r"\(a \w+ download name(?:, -\d+ marking a re-submission)?\)$")
 

@@ -65,8 +65,10 @@ SKIPPED_FILES = {"Thumbs.db", "desktop.ini"}  # what Windows leaves behind; hidd
 USUAL_IMPORTS = {"torch", "triton", "math", "numpy", "typing", "__future__", "functools", "dataclasses"}
 UNUSUAL_CALLS = {"__import__", "exec", "eval", "compile", "open", "setattr", "globals", "vars"}
 # gqa_flash.decode_launch (decode.py's given host side) and gqa_flash.launch under it: no answer there; they
-# launch the kernels they are given
-USUAL_COURSE_IMPORTS = ({"gqa_flash", "gqa_flash.runtime", "gqa_flash.launch", "gqa_flash.decode_launch"}
+# launch the kernels they are given; gqa_flash.context_parallel: ring.py's given layouts, transfers and
+# block attention
+USUAL_COURSE_IMPORTS = ({"gqa_flash", "gqa_flash.runtime", "gqa_flash.launch", "gqa_flash.decode_launch",
+                         "gqa_flash.context_parallel"}
                         | {f"gqa_flash.{m}" for m in layout.GRADED_MODULES})
 # Names through which graded code could reach the course's answers, or its guards: worth an integrity flag.
 ANSWER_NAMES = {"fast", "fast_attention_forward", "fast_attention_backward", "reference", "reference_attention",

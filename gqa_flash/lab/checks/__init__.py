@@ -39,7 +39,7 @@ One module per lesson:
     decode.py         notebook 07 (bonus): flash_decode whole, through the public API
     decode_replays.py notebook 07 (bonus): decode.py's Parts 3 and 4 in float64, and their usual mistakes
     traffic.py        notebook 05 (practice, not graded): traffic.py, launch order and an L2 model
-    ring.py           notebook 08 (practice, not graded yet): ring.py's three parts and the ring on gloo
+    ring.py           notebook 08 (bonus): ring.py's three parts, and the ring on gloo processes
 
 ``python -m gqa_flash.lab.checks`` prints :func:`progress`.
 """

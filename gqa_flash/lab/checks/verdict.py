@@ -46,9 +46,9 @@ PARTS = {
     "backward": {1: "D = rowsum(dO * O)", 2: "dK and dV", 3: "the GQA sum", 4: "dQ"},
     "decode": {1: "_group_tile", 2: "_page_slots", 3: "_split_partial", 4: "_merge_splits"},
     "traffic": {1: "launch_order", 2: "dram_bytes: the L2 model"},  # practice (notebook 05), not graded
-    "ring": {1: "ring_source", 2: "block_pairs", 3: "merge_blocks"},  # practice (notebook 08), not graded yet
+    "ring": {1: "ring_source", 2: "block_pairs", 3: "merge_blocks"},
 }
-BONUS = ("backward", "decode")  # files beyond the 100 points (notebooks 06 and 07)
+BONUS = ("backward", "decode", "ring")  # files beyond the 100 points (notebooks 06, 07 and 08)
 
 # The part a Triton kernel or helper belongs to, for compile errors (which
 # carry the kernel's source, not a line of your file).
