@@ -14,7 +14,12 @@ times, with CUDA events, the slowest rank's:
 * ``compute_ms``: the same blocks' attention with no transfer at all (each rank's own K/V stands in for the
   visiting blocks), so ``ring_ms - compute_ms`` is the transfer time the compute did not hide;
 
-and, on rank 0 where the whole sequence fits one GPU, the course's fast forward and SDPA's default on it.
+and, on rank 0 where the whole sequence fits one GPU, the course's fast forward and SDPA's default on it; and
+(NCCL only) PyTorch's own context parallelism on the same inputs, ``torch_cp_sdpa_ms``: SDPA under
+``torch.distributed.tensor.experimental.context_parallel`` on a device mesh of every rank (its own load-balanced
+sharding; with ``enable_gqa`` where that works, else K and V repeated to every query head, which sends 4x the
+bytes: ``torch_cp_note`` says which). That column was written after the committed single-GPU run
+(notebooks/data/h100_ring_one_gpu.csv) and has not run on a GPU yet.
 Writes one CSV row per (tokens, layout), with the GPU's name and count.
 """
 
@@ -52,6 +57,27 @@ def _time_ms(fn, rounds, device):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         times.append(t.item())
     return sorted(times)[len(times) // 2]
+
+
+def _torch_context_parallel_ms(q, k, v, rounds, device):
+    """(ms, note): SDPA under PyTorch's context_parallel on a mesh of every rank, on copies of the whole q, k, v."""
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+
+    mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+    for gqa in (True, False):
+        qc, kc, vc = q.clone(), k.clone(), v.clone()
+        if not gqa:
+            kc, vc = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (kc, vc))
+        try:
+            with context_parallel(mesh, buffers=[qc, kc, vc], buffer_seq_dims=[2, 2, 2],
+                                  no_restore_buffers={qc, kc, vc}):
+                fn = lambda: F.scaled_dot_product_attention(qc, kc, vc, is_causal=True, enable_gqa=gqa)  # noqa: E731
+                return _time_ms(fn, rounds, device), "enable_gqa" if gqa else "K and V repeated to every query head"
+        except Exception as e:  # noqa: BLE001 (the next way, or the note says why)
+            note = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+    return float("nan"), note
 
 
 def _compute_only(ring, q, k, v, layout, sm_scale):
@@ -97,6 +123,8 @@ def main():
         q, k, v = (torch.randn(1, h, n, HEAD_DIM, device=device, dtype=torch.bfloat16, generator=gen)
                    for h in (Q_HEADS, KV_HEADS, KV_HEADS))
         one_gpu_ms = sdpa_ms = err = float("nan")
+        cp_ms, cp_note = (_torch_context_parallel_ms(q, k, v, args.rounds, device) if args.backend == "nccl"
+                          else (float("nan"), "needs nccl"))
         if rank == 0:
             try:
                 fast = lambda: gqa_flash.fast_attention_forward(q, k, v, causal=True)  # noqa: E731
@@ -132,6 +160,7 @@ def main():
                 tokens_per_s_per_gpu=round(n / (ring_ms * 1e-3) / world, 1),
                 tflops_per_gpu=round(flops / (ring_ms * 1e-3) / world / 1e12, 1),
                 one_gpu_fast_ms=round(one_gpu_ms, 3), one_gpu_sdpa_ms=round(sdpa_ms, 3),
+                torch_cp_sdpa_ms=round(cp_ms, 3), torch_cp_note=cp_note,
                 max_abs_err_vs_one_gpu=f"{err:.2e}", status=status, flops_counted="4 Hq N^2 D / 2 (causal)",
                 **environment()))
             if rank == 0:
