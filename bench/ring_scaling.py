@@ -18,8 +18,9 @@ and, on rank 0 where the whole sequence fits one GPU, the course's fast forward 
 (NCCL only) PyTorch's own context parallelism on the same inputs, ``torch_cp_sdpa_ms``: SDPA under
 ``torch.distributed.tensor.experimental.context_parallel`` on a device mesh of every rank (its own load-balanced
 sharding; with ``enable_gqa`` where that works, else K and V repeated to every query head, which sends 4x the
-bytes: ``torch_cp_note`` says which). That column was written after the committed single-GPU run
-(notebooks/data/h100_ring_one_gpu.csv) and has not run on a GPU yet.
+bytes: ``torch_cp_note`` says which). That column came after the committed single-GPU table
+(notebooks/data/h100_ring_one_gpu.csv); it has run once, at world size 1 on an H100, with enable_gqa
+(bench/record/h100_ring_torch_context_parallel_check.csv).
 Writes one CSV row per (tokens, layout), with the GPU's name and count.
 """
 
