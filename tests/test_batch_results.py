@@ -139,7 +139,7 @@ def test_a_submission_with_nothing_to_grade_runs_no_test(tmp_path, monkeypatch, 
     assert result.score == 0 and result.max_score == grade.COURSE_POINTS
     assert {part: result.part_score(part) for part in layout.GRADED_MODULES} == {
         "naive": (0, 20), "online_softmax": (0, 15), "tiled": (0, 25), "forward": (0, 40),
-        "backward": (0, 20), "decode": (0, 15)}
+        "backward": (0, 20), "decode": (0, 15), "ring": (0, 10)}
     text = grade.table(result)
     assert text.count("not graded (see the note)") == len(layout.GRADED_MODULES) and result.stop in text
     book = report.GradeBook(tmp_path / "grades.csv", list(layout.GRADED_MODULES), hidden=False)
@@ -199,13 +199,13 @@ def test_every_total_is_exact(collected):
                         bonus=t["part"] in layout.BONUS_MODULES) for t in collected]
     full = grade.Report("full marks", tests=tests)
     results = json.loads(json.dumps(gradescope.results_json(full)), parse_float=Decimal)
-    assert sum(t["max_score"] for t in results["tests"]) == 135 and results["score"] == 135
+    assert sum(t["max_score"] for t in results["tests"]) == 145 and results["score"] == 145
     assert all(t["max_score"] == round(t["max_score"], 2) for t in results["tests"])  # whole hundredths
     for part, points in {"naive": 20, "online_softmax": 15, "tiled": 25, "forward": 40, "backward": 20,
-                         "decode": 15}.items():
+                         "decode": 15, "ring": 10}.items():
         assert sum(t["max_score"] for t in results["tests"] if t["name"].startswith(f"{part}.py")) == points, part
-    assert full.max_score == 100 and full.score == 135
-    assert grade.table(full).splitlines()[-1].split() == "total 135 / 100 (with 35 bonus)".split()
+    assert full.max_score == 100 and full.score == 145
+    assert grade.table(full).splitlines()[-1].split() == "total 145 / 100 (with 45 bonus)".split()
 
 
 def test_the_csv_totals_are_exact(collected, tmp_path):
@@ -214,6 +214,6 @@ def test_the_csv_totals_are_exact(collected, tmp_path):
     book = report.GradeBook(tmp_path / "grades.csv", list(layout.GRADED_MODULES), hidden=False)
     book.add(grade.Report("full marks", tests=tests))
     row = book.rows()[0]
-    assert (row["score"], row["max_score"]) == ("135", "100")
-    assert [row[m] for m in layout.GRADED_MODULES] == ["20", "15", "25", "40", "20", "15"]
+    assert (row["score"], row["max_score"]) == ("145", "100")
+    assert [row[m] for m in layout.GRADED_MODULES] == ["20", "15", "25", "40", "20", "15", "10"]
 

@@ -58,7 +58,7 @@ def names_in(path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def solved_zip(tmp_path_factory):
-    """`make submission` in a course copy whose six graded files are the solutions: (zip, make's output)."""
+    """`make submission` in a course copy whose seven graded files are the solutions: (zip, make's output)."""
     root = tmp_path_factory.mktemp("course")
     course(root, solved=layout.GRADED_FILES, whole=True)
     venv = layout.COURSE_DIR / ".venv"
@@ -71,7 +71,7 @@ def solved_zip(tmp_path_factory):
     return root / handin.DEFAULT_NAME, done.stdout
 
 
-def test_make_submission_zips_the_six_files_flat(solved_zip):
+def test_make_submission_zips_the_seven_files_flat(solved_zip):
     path, out = solved_zip
     assert sorted(names_in(path)) == sorted(layout.GRADED_FILES), out
     with zipfile.ZipFile(path) as archive:
@@ -80,7 +80,7 @@ def test_make_submission_zips_the_six_files_flat(solved_zip):
     sub = submission.read(path)
     assert sorted(sub.files) == sorted(layout.GRADED_FILES) and not sub.notes, sub.notes
     assert "Left out" not in out and "WARNING" not in out, out
-    assert f"Wrote {handin.DEFAULT_NAME} (6 files)" in out, out
+    assert f"Wrote {handin.DEFAULT_NAME} ({len(layout.GRADED_FILES)} files)" in out, out
     assert "upload submission.zip to your course's platform" in out, out
     assert all(name in out for name in layout.GRADED_FILES), out
 

@@ -135,12 +135,13 @@ def test_every_ignored_file_is_named_with_its_nearest_graded_name(tmp_path):
     # Nothing graded: the line that stops the grader names the misnamed files itself, and what to hand in.
     sub = submission.read(make_zip(tmp_path / "bob.zip", members))
     assert sub.stop == ("nothing to grade: no graded file found (expected naive.py, online_softmax.py, tiled.py, "
-                        "forward.py, backward.py, decode.py) among its 6 files; hw/Naive.py is not named naive.py; "
-                        "hw/my_tiled_test.py is not named tiled.py; hw/forward.py.txt is not named forward.py; "
-                        "hw/forward (1).py is not named forward.py; hand in gqa_flash/naive.py, gqa_flash/tiled.py, "
+                        "forward.py, backward.py, decode.py, ring.py) among its 6 files; hw/Naive.py is not named "
+                        "naive.py; hw/my_tiled_test.py is not named tiled.py; hw/forward.py.txt is not named "
+                        "forward.py; hw/forward (1).py is not named forward.py; hand in gqa_flash/naive.py, "
+                        "gqa_flash/tiled.py, "
                         "gqa_flash/forward.py (your graded files), e.g. with make submission"), sub.stop
     assert sub.notes == ["ignored hw/notes.txt, hw/report.pdf: only naive.py, online_softmax.py, tiled.py, "
-                         "forward.py, backward.py, decode.py are graded", sub.stop], sub.notes
+                         "forward.py, backward.py, decode.py, ring.py are graded", sub.stop], sub.notes
 
 
 def test_a_near_name_beside_the_graded_file_says_which_was_graded(tmp_path):
@@ -249,7 +250,7 @@ def test_a_zip_inside_a_zip(tmp_path):
     sub = submission.read(outer, expected=("naive.py",))
     assert sub.files == {"naive.py": NAIVE}, sub.notes
     assert sub.notes == ["ignored alice/README.md: only naive.py, online_softmax.py, tiled.py, forward.py, "
-                         "backward.py, decode.py are graded"], sub.notes
+                         "backward.py, decode.py, ring.py are graded"], sub.notes
     # A Moodle folder holding the student's zip: read the same way.
     folder = make_folder(tmp_path / "José García_12345_assignsubmission_file_", {"hw.zip": inner.read_bytes()})
     assert submission.read(folder).files == {"naive.py": NAIVE}

@@ -27,10 +27,10 @@ def causal_work(world_size, layout, chunk=64):
     work = np.zeros((world_size, world_size))
     for step in range(world_size):
         for rank in range(world_size):
-            mine = context_parallel.chunk_ids(rank, world_size, layout)
-            theirs = context_parallel.chunk_ids(held[step][rank], world_size, layout)
-            for qc in mine:
-                for kc in theirs:
+            q_chunks = context_parallel.chunk_ids(rank, world_size, layout)
+            kv_chunks = context_parallel.chunk_ids(held[step][rank], world_size, layout)
+            for qc in q_chunks:
+                for kc in kv_chunks:
                     q = np.arange(qc * chunk, (qc + 1) * chunk)[:, None]
                     k = np.arange(kc * chunk, (kc + 1) * chunk)[None, :]
                     work[step, rank] += (k <= q).sum()

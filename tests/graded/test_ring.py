@@ -28,11 +28,11 @@ def _module():
 def _expected_pairs(layout, rank, source, world_size, causal, c=3):
     """Chunk pairs found position by position: in when some query sees some key, diagonal when one does not
     see them all."""
-    mine = context_parallel.chunk_ids(rank, world_size, layout)
-    theirs = context_parallel.chunk_ids(source, world_size, layout)
+    q_chunks = context_parallel.chunk_ids(rank, world_size, layout)
+    kv_chunks = context_parallel.chunk_ids(source, world_size, layout)
     pairs = []
-    for i, qc in enumerate(mine):
-        for j, kc in enumerate(theirs):
+    for i, qc in enumerate(q_chunks):
+        for j, kc in enumerate(kv_chunks):
             seen = [not causal or kc * c + b <= qc * c + a for a in range(c) for b in range(c)]
             if any(seen):
                 pairs.append((i, j, not all(seen)))
