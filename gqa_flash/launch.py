@@ -9,12 +9,12 @@ microseconds a launch, where the GPU needs 5 to read a 1k-token KV cache.
 A decoding step launches two kernels per layer per token: the host, not the
 GPU, would set the pace.
 
-:func:`launch` does Triton's work once per *signature* (every argument that is
-not a tensor, the tensors' dtypes and alignment, the grid and the launch
-options) and keeps the compiled kernel; a later launch with the same signature
-goes straight to the compiled kernel's launcher. A serving engine captures its
-step in a CUDA graph instead, which removes the host altogether: see
-``flash_decode(max_seqlen=...)``.
+A :class:`Launch` fixes everything of one launch but its tensors (the grid,
+the scalar arguments, the constexprs and options), lets Triton do its work
+once, keeps the compiled kernel, and from then on goes straight to the
+compiled kernel's launcher (``decode_launch`` plans its launches so, once per
+signature of the inputs). A serving engine captures its step in a CUDA graph
+instead, which removes the host altogether: see ``flash_decode(max_seqlen=...)``.
 
 In Triton's interpreter (a CPU) and with a Triton whose compiled kernels do
 not look as expected, it simply calls ``kernel[grid](*args, **meta)``.
@@ -31,7 +31,6 @@ try:
 except ImportError:  # an older Triton: the ordinary launch only
     knobs = None
 
-_compiled: dict = {}  # (kernel, signature) -> (compiled kernel, the constexpr arguments after ``args``)
 _direct_ok = knobs is not None  # False once this Triton's compiled kernels refuse a direct launch
 
 
@@ -46,37 +45,6 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-_tensor_slots: dict = {}  # kernel -> (positions of its tensor arguments, of the others), from its first launch
-
-
-def _signature(kernel, args, meta, grid):
-    slots = _tensor_slots.get(kernel)
-    if slots is None or len(args) != slots[2]:
-        tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        others = [i for i in range(len(args)) if i not in tensors]
-        slots = _tensor_slots[kernel] = (tensors, others, len(args))
-    tensors = tuple([(args[i].dtype, args[i].data_ptr() % 16 == 0) for i in slots[0]])
-    return tensors, tuple([args[i] for i in slots[1]]), tuple(meta.items()), tuple(grid)
-
-
-def launch(kernel, grid, *args, **meta):
-    """``kernel[grid](*args, **meta)``, reusing the compiled kernel when the signature was seen before.
-
-    ``args`` are the kernel's leading arguments in order; ``meta`` its
-    constexpr arguments and launch options (num_warps, num_stages, ...).
-    """
-    if runtime.INTERPRETER or not _direct_ok:
-        kernel[grid](*args, **meta)
-        return
-    key = (kernel, _signature(kernel, args, meta, grid))
-    hit = _compiled.get(key)
-    if hit is not None and _direct(hit, grid, args):
-        return
-    compiled = kernel[grid](*args, **meta)
-    if hit is None:
-        _remember(kernel, key, compiled, args, meta)
-
-
 def _tail(kernel, compiled, n_args, meta):
     """The constexpr values a direct launch passes after the ``n_args`` leading arguments, or None
     where this compiled kernel cannot be launched directly (a parameter left to its default)."""
@@ -88,31 +56,6 @@ def _tail(kernel, compiled, n_args, meta):
     return [meta[name] for name in names[n_args:]]
 
 
-def _remember(kernel, key, compiled, args, meta):
-    tail = _tail(kernel, compiled, len(args), meta)
-    if tail is not None:
-        _compiled[key] = (compiled, tail)
-
-
-def _direct(hit, grid, args) -> bool:
-    """Launch through the compiled kernel's own launcher; False (and never again) if this Triton refuses."""
-    global _direct_ok
-    compiled, tail = hit
-    stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
-    grid = tuple(grid) + (1,) * (3 - len(grid))
-    hooks = knobs.runtime
-    enter = hooks.launch_enter_hook
-    try:  # as Triton's own launch does, hooks (a profiler's) included
-        compiled.run(grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata,
-                     None if enter is None else compiled.launch_metadata(grid, stream, *args, *tail), enter,
-                     hooks.launch_exit_hook, *args, *tail)
-    except TypeError:  # the launcher takes other arguments in this Triton: the ordinary path from now on
-        _direct_ok = False
-        _compiled.clear()
-        return False
-    return True
-
-
 class Launch:
     """One launch of ``kernel`` whose grid, scalar arguments and options are fixed: only the tensors change.
 
@@ -120,8 +63,8 @@ class Launch:
     where the kernel's parameters are its tensors first, then ``scalars``, then ``meta`` (every constexpr
     by name, and the launch options). A *plan* (``decode_launch.DecodePlan``) builds these once for one
     signature of inputs; its key holds the tensors' dtypes and alignments, which is what Triton
-    specialises a kernel on, so the compiled kernel of the first call serves every later one and a
-    call skips :func:`launch`'s signature too: it goes straight to the compiled kernel's launcher.
+    specialises a kernel on, so the compiled kernel of the first call serves every later one: a later
+    call goes straight to the compiled kernel's launcher, with no binding and no cache lookup.
 
     Once that way has worked (``direct``), a pointer argument may also be given as a raw device
     address, an int (the compiled kernel's launcher takes those, as Triton's own does), which is
@@ -136,7 +79,7 @@ class Launch:
     def __call__(self, *tensors):
         global _direct_ok
         if self.hit is not None:
-            # _direct's work, with everything that does not change between calls looked up once
+            # Triton's own launch, with everything that does not change between calls looked up once
             compiled, run, grid, function, packed, tail = self.hit
             hooks = knobs.runtime
             enter = hooks.launch_enter_hook
