@@ -81,6 +81,31 @@ def values(results):
     return [value for _, value in results]
 
 
+# --- Cases of the ring: inputs from a seed, outputs put back together -----------
+
+
+def case_inputs(case):
+    """The whole q, k, v of a case (a dict: seed, batch, hq, hkv, n, d, dtype), from its seed: the same on every
+    rank and in the caller."""
+    gen = torch.Generator().manual_seed(case["seed"])
+    return tuple(torch.randn(case["batch"], h, case["n"], case["d"], generator=gen, dtype=case["dtype"])
+                 for h in (case["hq"], case["hkv"], case["hkv"]))
+
+
+def whole_outputs(results, cases):
+    """For each case run by :func:`ring_cases` (every rank's result ok): ``(o, lse, ref_o, ref_lse)``, the O
+    and LSE put back together from every rank's shards and the float64 reference's on the whole tensors."""
+    from gqa_flash import context_parallel
+    from gqa_flash.reference import reference_attention
+
+    out = []
+    for i, case in enumerate(cases):
+        o = context_parallel.unshard_sequence([value[i][0] for _, value in results], case["layout"])
+        lse = context_parallel.unshard_sequence([value[i][1][..., None] for _, value in results], case["layout"])
+        out.append((o, lse[..., 0], *reference_attention(*case_inputs(case), causal=case["causal"])))
+    return out
+
+
 # --- Workers (top-level, so that spawned processes can find them) -------------
 
 
@@ -95,10 +120,7 @@ def ring_cases(rank, world_size, cases, own_work=False):
 
     out = []
     for case in cases:
-        gen = torch.Generator().manual_seed(case["seed"])
-        q, k, v = (torch.randn(case["batch"], h, case["n"], case["d"], generator=gen, dtype=case["dtype"])
-                   for h in (case["hq"], case["hkv"], case["hkv"]))
-        shards = [gqa_flash.shard_sequence(t, world_size, rank, case["layout"]) for t in (q, k, v)]
+        shards = [gqa_flash.shard_sequence(t, world_size, rank, case["layout"]) for t in case_inputs(case)]
         with integrity.own_work("ring", "ring_attention") if own_work else contextlib.nullcontext():
             out.append(gqa_flash.ring_attention(*shards, causal=case["causal"], layout=case["layout"],
                                                 return_lse=True))

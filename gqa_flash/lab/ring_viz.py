@@ -10,20 +10,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from gqa_flash import context_parallel
-
-
-def holders(world_size):
-    """holders[step][rank]: whose K/V block rank holds at step (each block moves one rank on per step)."""
-    out, holding = [], list(range(world_size))
-    for _ in range(world_size):
-        out.append(list(holding))
-        holding = [holding[(r - 1) % world_size] for r in range(world_size)]
-    return out
+from gqa_flash.lab.checks.ring import replayed_sources  # the ring, replayed block by block
 
 
 def causal_work(world_size, layout, chunk=64):
     """work[step][rank]: query-key pairs rank computes at step under the causal mask (chunks of ``chunk``)."""
-    held = holders(world_size)
+    held = replayed_sources(world_size)
     work = np.zeros((world_size, world_size))
     for step in range(world_size):
         for rank in range(world_size):
@@ -39,7 +31,7 @@ def causal_work(world_size, layout, chunk=64):
 
 def plot_ring_schedule(world_size=4):
     """Which rank's K/V block each rank holds at each step, and where each goes next."""
-    held = holders(world_size)
+    held = replayed_sources(world_size)
     fig, ax = plt.subplots(figsize=(1.3 * world_size + 2, 0.9 * world_size + 1.2))
     colours = plt.get_cmap("tab10")
     for step in range(world_size):

@@ -5,38 +5,24 @@ on 2 (2 points) and then 3 (3.5) gloo processes on this machine's CPU (each rank
 both layouts, causal and not; GQA 4:2 and MHA; head dims 16 and 24), put back together and compared with the
 float64 reference of the whole sequence. A wrong pair or mask or a wrong merge fails both; a ring turning the
 wrong way only the second (on 2 ranks both ways are the same). Each part alone shares the other 4.5, tested
-against this file's own answers: the source of every rank at every step of rings of 1 to 6 ranks (1.5), the
-pairs of both layouts position by position (1.5), and the merge of rows that saw both blocks, one, or none
-(1.5). So every mutant of tests/mutants/ring.py loses at least half. The work must be ring.py's own
-(gqa_flash.integrity), in every process.
+against the models of notebook 08's checks (gqa_flash/lab/checks/ring.py: none of them ring.py's code): the
+source of every rank at every step of rings of 1 to 6 ranks, the ring replayed block by block (1.5), the pairs
+of both layouts found position by position (1.5), and the merge of rows that saw both blocks, one, or none,
+against float64 attention over both blocks at once (1.5). So every mutant of tests/mutants/ring.py loses at
+least half. The work must be ring.py's own (gqa_flash.integrity), in every process.
 """
 
 import pytest
 import torch
 
-import gqa_flash
 from gqa_flash import context_parallel, impl
 from gqa_flash.integrity import IntegrityViolation, PREFIX, own_work
 from gqa_flash.lab import ring_run
-from gqa_flash.reference import reference_attention
+from gqa_flash.lab.checks.ring import attention64, replayed_sources, seen_pairs  # the notebook's models
 
 
 def _module():
     return impl.load("ring")
-
-
-def _expected_pairs(layout, rank, source, world_size, causal, c=3):
-    """Chunk pairs found position by position: in when some query sees some key, diagonal when one does not
-    see them all."""
-    q_chunks = context_parallel.chunk_ids(rank, world_size, layout)
-    kv_chunks = context_parallel.chunk_ids(source, world_size, layout)
-    pairs = []
-    for i, qc in enumerate(q_chunks):
-        for j, kc in enumerate(kv_chunks):
-            seen = [not causal or kc * c + b <= qc * c + a for a in range(c) for b in range(c)]
-            if any(seen):
-                pairs.append((i, j, not all(seen)))
-    return sorted(pairs)
 
 
 @pytest.mark.points(1.5)
@@ -44,15 +30,15 @@ def _expected_pairs(layout, rank, source, world_size, causal, c=3):
 def test_ring_source_every_rank_and_step():
     ring = _module()
     for world_size in range(1, 7):
-        holding = list(range(world_size))  # whose block each rank holds; moved one rank on a step
+        holders = replayed_sources(world_size)  # whose block each rank holds; moved one rank on a step
         for step in range(world_size):
+            holding = holders[step]
             for rank in range(world_size):
                 with own_work("ring", "ring_source"):
                     got = ring.ring_source(rank, step, world_size)
                 assert got == holding[rank], (f"ring_source(rank={rank}, step={step}, world_size={world_size}) "
                                               f"returned {got!r}; rank {rank} holds rank {holding[rank]}'s block "
                                               f"then (each step, every rank sends to rank + 1)")
-            holding = [holding[(r - 1) % world_size] for r in range(world_size)]
 
 
 @pytest.mark.points(1.5)
@@ -66,7 +52,7 @@ def test_block_pairs_both_layouts_causal_and_not():
                     for source in range(world_size):
                         with own_work("ring", "block_pairs"):
                             got = ring.block_pairs(layout, rank, source, world_size, causal)
-                        want = _expected_pairs(layout, rank, source, world_size, causal)
+                        want = seen_pairs(layout, rank, source, world_size, causal, c=3)
                         assert isinstance(got, (list, tuple)) and sorted(map(tuple, got)) == want, (
                             f"block_pairs(layout={layout!r}, rank={rank}, source={source}, world_size={world_size}, "
                             f"causal={causal}) returned {got!r}; expected the pairs {want} (in any order)")
@@ -82,14 +68,9 @@ def test_merge_blocks_rows_that_saw_both_one_or_no_block(seed):
     s[:, 1:4, :k] = float("-inf")  # nothing in the running part
     s[:, 4:6, k:] = float("-inf")  # nothing in the new block
     v = torch.randn(2, 2 * k, d, generator=gen, dtype=torch.float64)
-
-    def attention(scores, values):
-        lse = torch.logsumexp(scores, dim=-1)
-        p = torch.exp(scores - torch.where(torch.isneginf(lse), 0.0, lse)[..., None])
-        return p @ values, lse
-    o_a, lse_a = attention(s[..., :k], v[:, :k])
-    o_b, lse_b = attention(s[..., k:], v[:, k:])
-    want_o, want_lse = attention(s, v)
+    o_a, lse_a = attention64(s[..., :k], v[:, :k])
+    o_b, lse_b = attention64(s[..., k:], v[:, k:])
+    want_o, want_lse = attention64(s, v)
     with own_work("ring", "merge_blocks"):
         got = _module().merge_blocks(o_a.float(), lse_a.float(), o_b.float(), lse_b.float())
     assert isinstance(got, tuple) and len(got) == 2, f"merge_blocks must return (o, lse); got {type(got).__name__}"
@@ -125,18 +106,12 @@ def _ring_matches_reference(world_size, seed):
             if message.startswith(("IntegrityViolation: " + PREFIX, PREFIX)):
                 raise IntegrityViolation(message.split(": ", 1)[1])
             raise AssertionError(f"ring_attention failed on rank {rank} of {world_size}: {value.strip()[:1500]}")
-    for i, case in enumerate(cases):
-        gen = torch.Generator().manual_seed(case["seed"])
-        q, k, v = (torch.randn(case["batch"], h, case["n"], case["d"], generator=gen) for h in
-                   (case["hq"], case["hkv"], case["hkv"]))
-        o = gqa_flash.unshard_sequence([results[r][1][i][0] for r in range(world_size)], case["layout"])
-        lse = gqa_flash.unshard_sequence([results[r][1][i][1][..., None] for r in range(world_size)], case["layout"])
-        ref_o, ref_lse = reference_attention(q, k, v, causal=case["causal"])
-        what = (f"{world_size} ranks, layout={case['layout']!r}, causal={case['causal']}, q {list(q.shape)} with "
+    for case, (o, lse, ref_o, ref_lse) in zip(cases, ring_run.whole_outputs(results, cases)):
+        what = (f"{world_size} ranks, layout={case['layout']!r}, causal={case['causal']}, q {list(o.shape)} with "
                 f"{case['hkv']} KV heads (seed {case['seed']})")
         err = (o.double() - ref_o).abs().max().item()
         assert err < 1e-4, f"{what}: the output differs from the reference by up to {err:.2e}"
-        err = (lse[..., 0].double() - ref_lse).abs().max().item()
+        err = (lse.double() - ref_lse).abs().max().item()
         assert err < 1e-4, f"{what}: the LSE differs from the reference by up to {err:.2e}"
 
 

@@ -26,8 +26,9 @@ MODULE = "ring"
 # --- Part 1 -------------------------------------------------------------------------------------------------
 
 
-def _replayed_sources(world_size):
-    """holder[step][rank]: whose block each rank holds, by moving every block one rank on per step."""
+def replayed_sources(world_size):
+    """holder[step][rank]: whose block each rank holds, by moving every block one rank on per step (the model
+    the check, notebook 08's picture and the graded test share)."""
     holding, out = list(range(world_size)), []
     for _ in range(world_size):
         out.append(list(holding))
@@ -49,7 +50,7 @@ def check_ring_source():
     """ring.py Part 1: the rank whose K/V block each rank holds at each step."""
     mod = load(MODULE)
     for world_size in range(1, 7):
-        expected = _replayed_sources(world_size)
+        expected = replayed_sources(world_size)
         for step in range(world_size):
             for rank in range(world_size):
                 got = run_student(MODULE, mod.ring_source, rank, step, world_size, part=1)
@@ -65,7 +66,7 @@ def check_ring_source():
 # --- Part 2 -------------------------------------------------------------------------------------------------
 
 
-def _seen_pairs(layout, rank, source, world_size, causal, c=2, chunk_ids=context_parallel.chunk_ids,
+def seen_pairs(layout, rank, source, world_size, causal, c=2, chunk_ids=context_parallel.chunk_ids,
                 diagonal_masked=True, swap_mine=False, swap_theirs=False):
     """The pairs found position by position: chunk i of rank's shard against chunk j of source's; a pair is
     in when some query may see some key, and diagonal when some query of it may not see every key."""
@@ -85,7 +86,7 @@ def _positions(rank, world_size, layout):
     return tuple(range(context_parallel.check_layout(layout)))
 
 
-_PAIR_MISTAKES = [  # (keyword arguments of _seen_pairs that replay it, what to tell the student)
+_PAIR_MISTAKES = [  # (keyword arguments of seen_pairs that replay it, what to tell the student)
     (dict(diagonal_masked=False), "a diagonal pair is not marked diagonal: the block where a chunk meets itself "
                                   "needs the causal mask (True)"),
     (dict(causal=False), "the causal mask is ignored: a query chunk sees nothing of a later chunk"),
@@ -127,13 +128,13 @@ def check_block_pairs():
                                  f"causal={causal}")
                         got = _as_pairs(run_student(MODULE, mod.block_pairs, layout, rank, source, world_size,
                                                     causal, part=2), where)
-                        expected = _seen_pairs(layout, rank, source, world_size, causal)
+                        expected = seen_pairs(layout, rank, source, world_size, causal)
                         cases += 1
                         if got == expected:
                             continue
                         args = dict(layout=layout, rank=rank, source=source, world_size=world_size, causal=causal)
                         cause = next((text for kw, text in _PAIR_MISTAKES
-                                      if _seen_pairs(**{**args, **kw}) == got), None)
+                                      if seen_pairs(**{**args, **kw}) == got), None)
                         raise Stop(fail(MODULE, 2, "the wrong pairs", where=f"{where}: got {got}, expected "
                                         f"{expected}", cause=cause))
     return Verdict(True, what(MODULE, 2), f"right pairs in all {cases} cases (both layouts, 1 to 4 ranks, "
@@ -143,11 +144,11 @@ def check_block_pairs():
 # --- Part 3 -------------------------------------------------------------------------------------------------
 
 
-def _attention64(s, v):
-    """(O, LSE) of scores s [n, k] (-inf where masked) and values v [k, D], float64; O = 0 where a row sees
-    nothing."""
+def attention64(s, v):
+    """(O, LSE) of scores s [..., n, k] (-inf where masked) and values v [..., k, D], float64; O = 0 where a
+    row sees nothing."""
     lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - torch.where(torch.isneginf(lse), 0.0, lse)[:, None])
+    p = torch.exp(s - torch.where(torch.isneginf(lse), 0.0, lse)[..., None])
     return p @ v, lse
 
 
@@ -179,9 +180,9 @@ def check_merge_blocks():
     s[1, :k] = float("-inf")  # row 1 sees nothing of the first block, row 2 nothing of the second
     s[2, k:] = float("-inf")
     v = torch.randn(2 * k, d, generator=gen, dtype=torch.float64)
-    o_a, lse_a = _attention64(s[:, :k], v[:k])
-    o_b, lse_b = _attention64(s[:, k:], v[k:])
-    want_o, want_lse = _attention64(s, v)
+    o_a, lse_a = attention64(s[:, :k], v[:k])
+    o_b, lse_b = attention64(s[:, k:], v[k:])
+    want_o, want_lse = attention64(s, v)
     got = run_student(MODULE, mod.merge_blocks, o_a.float(), lse_a.float(), o_b.float(), lse_b.float(), part=3)
     if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
         raise Stop(fail(MODULE, 3, f"merge_blocks returned {type(got).__name__}; expected a pair (o, lse)"))
@@ -223,7 +224,6 @@ def _short(row):
 def check_ring_attention():
     """ring.py: ring_attention on 2 and 3 gloo processes (CPU), both layouts, against the float64 reference."""
     from gqa_flash.lab import ring_run
-    from gqa_flash.reference import reference_attention
 
     mod = load(MODULE)
     for part, call in ((1, lambda: mod.ring_source(0, 0, 1)), (2, lambda: mod.block_pairs("zigzag", 0, 0, 1, True)),
@@ -238,11 +238,7 @@ def check_ring_attention():
         if errors:
             raise Stop(fail(MODULE, None, f"ring_attention failed on {world_size} processes",
                             where="; ".join(errors)))
-        for i, case in enumerate(cases):
-            gen = torch.Generator().manual_seed(case["seed"])
-            q, k, v = (torch.randn(1, h, case["n"], 8, generator=gen) for h in (4, 2, 2))
-            o = context_parallel.unshard_sequence([results[r][1][i][0] for r in range(world_size)], case["layout"])
-            ref, _ = reference_attention(q, k, v, causal=case["causal"])
+        for case, (o, _, ref, _) in zip(cases, ring_run.whole_outputs(results, cases)):
             if not torch.allclose(o.double(), ref, atol=1e-5):
                 raise Stop(fail(MODULE, None, "ring_attention's output differs from the reference",
                                 where=f"{world_size} ranks, layout={case['layout']!r}, causal={case['causal']}: "
