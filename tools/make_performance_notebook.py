@@ -12,10 +12,12 @@ topic, never for a file name. The narrative's numbers are computed below from th
 names its file, and asserts check the words around the numbers: a run that changes the story stops here.
 """
 
+import textwrap
 from pathlib import Path
 
 import nbformat as nbf
 
+import performance_notebook_hopper as hopper_section  # tools/: the Gluon kernel's subsection
 import performance_notebook_traffic as traffic_section  # tools/: the launch-order exercise's cells
 from gqa_flash.lab import perf_plots as pp
 from gqa_flash.lab import results
@@ -23,11 +25,12 @@ from gqa_flash.lab import results
 # The topics this notebook reads (notebooks/data/INDEX.csv), in the order it reads them.
 TOPICS = ("forward_main", "forward_main_fast_shipped", "forward_other_shapes", "memory", "ceilings",
           "graded_tiles", "fast_forward_tiles", "forward_first", "fast_subtiles", "lazy_rescaling", "environment",
-          "launch_order_traffic")
+          "launch_order_traffic") + hopper_section.TOPICS
 problems = results.unindexed()
 assert not problems, "notebooks/data and INDEX.csv disagree:\n" + "\n".join(problems)
 FILE = {topic: results.path(topic).name for topic in TOPICS}  # a KeyError names a topic missing from the index
-TOPICS_CODE = "(" + ",\n              ".join(", ".join(f'"{t}"' for t in TOPICS[i:i + 4]) for i in range(0, len(TOPICS), 4)) + ")"
+TOPICS_CODE = "(" + textwrap.fill(", ".join(f'"{t}"' for t in TOPICS), width=104, initial_indent=" " * 14,
+                                  subsequent_indent=" " * 14, break_on_hyphens=False).lstrip() + ")"
 
 
 def bench_values(topic, provider, d=None, n=None, column="ratio_to_sdpa_default"):
@@ -193,7 +196,7 @@ subtiles = results.load("fast_subtiles")  # two query sub-tiles a program
 lazy = results.load("lazy_rescaling")  # the first sub-tiles, and lazy rescaling (tried, removed)
 print("topics read here, and their files in notebooks/data/ (INDEX.csv):")
 for topic in {TOPICS_CODE}:
-    print(f"  {{topic:26s}} {{results.path(topic).name}}")
+    print(f"  {{topic:33s}} {{results.path(topic).name}}")
 r = bench[0]
 print(f"main sweep: {{r['date']}} on {{r['gpu']}} (driver {{r['driver']}}), torch {{r['torch']}}, triton {{r['triton']}}")
 """))
@@ -519,7 +522,9 @@ and <<lazy_sub>>% on split ones. The skipped multiply is cheap, and the branch a
 probably keeps Triton from pipelining the loop (a reading of the code, not checked in the compiled
 kernel). It is not in the kernel. `bench/RESULTS.md` discusses every
 measurement, with the prediction written down before it where there was one.
-
+"""))
+cells += hopper_section.cells(md, code)  # the Gluon kernel on Hopper: roles, rings, and what each step bought
+cells.append(md(r"""
 ## 6. A live run
 
 With a GPU, this cell benchmarks the course's kernels against SDPA on one shape right here. On a CPU

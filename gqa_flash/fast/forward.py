@@ -77,6 +77,11 @@ the changes that the performance notebook measures one by one:
    over the autotuner's pick at 1k-2k (within the noise of a ratio) and
    -0.06 to +0.01 for the best tile from 4k, so it is not among the
    autotuner's candidates.
+7. On Hopper, the Gluon kernel of ``hopper_forward.py`` (a loader warp, two
+   consumer warpgroups, a persistent grid) where it was measured ahead of this
+   file's kernel: causal, head dims 65-128, N from 1k (``gluon_wanted``;
+   bench/RESULTS.md, "The Gluon forward"). Everywhere else, and where it
+   cannot compile, this file's kernel runs.
 
 The TMA reads a last dimension of stride 1 with 16-byte aligned
 rows. An input in another layout (a strided view, a head dim whose rows are
@@ -94,6 +99,8 @@ the CPU tests cover it.
 A warp-specialized key loop (``tl.range(..., warp_specialize=True)``) was
 measured and removed: bench/RESULTS.md.
 """
+
+import warnings
 
 import torch
 import triton
@@ -467,6 +474,40 @@ def _check_head_pairs(config, group_size):
                          f"{group_size} query heads a KV head")
 
 
+# Hopper's Gluon kernel (hopper_forward.py) where it was measured ahead of this file's kernel on an
+# H100 (bench/record/h100_hopper_forward_split_release.csv): causal, head dims 65-128, N from 1k
+# (measured to 16k), 128-key tiles with K in 3 slots and V in 2. Gluon's API moves between Triton
+# versions: only the version measured takes it.
+GLUON_MIN_SEQ_LEN = 1024
+GLUON_CONFIG = {"BLOCK_N": 128, "K_STAGES": 3, "V_STAGES": 2}
+GLUON_TRITON = "3.6."
+_gluon_failed = {}  # key -> why the Gluon kernel could not compile there (then this file's kernel runs)
+last_path = {"kernel": None}  # which kernel the last call ran ("gluon" or "triton"): the benchmarks' tiles column
+
+
+def gluon_wanted(capability, triton_version, dtype, head_dim, seq_len, causal) -> bool:
+    """Whether a call takes the Gluon kernel: the rule above, on a Hopper GPU (compute capability 9.x)."""
+    return (capability[0] == 9 and triton_version.startswith(GLUON_TRITON) and causal
+            and dtype in (torch.float16, torch.bfloat16) and 64 < head_dim <= 128
+            and seq_len >= GLUON_MIN_SEQ_LEN)
+
+
+def _try_gluon(q, k, v, o, lse, causal, sm_scale, key) -> bool:
+    """Run the Gluon kernel into o and lse; False (and a warning, once a key) where it cannot compile."""
+    if key in _gluon_failed:
+        return False
+    try:
+        from gqa_flash.fast import hopper_forward
+
+        hopper_forward.hopper_attention_forward(q, k, v, o, lse, causal, sm_scale, GLUON_CONFIG)
+        return True
+    except Exception as e:  # an import or compile error of the experimental API: fall back, and say so once
+        _gluon_failed[key] = f"{type(e).__name__}: {e}"
+        warnings.warn(f"gqa_flash: the Gluon forward did not run ({_gluon_failed[key][:200]}); "
+                      f"using the Triton kernel", RuntimeWarning, stacklevel=3)
+        return False
+
+
 def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None, group_major=True):
     """Same contract as ``flash_attention_forward``; inputs are checked by the caller.
 
@@ -491,6 +532,13 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     descs = {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad])
              for name, t in (("q_desc", q), ("k_desc", k), ("v_desc", v), ("o_desc", o))}
     key = ("forward", seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, q.dtype)
+    if (config is None and q.is_cuda
+            and gluon_wanted(torch.cuda.get_device_capability(q.device), triton.__version__, q.dtype, head_dim,
+                             seq_len, causal)
+            and _try_gluon(q, k, v, o, lse, causal, sm_scale, key)):
+        last_path["kernel"] = "gluon"
+        return _finish(o, lse, return_lse)
+    last_path["kernel"] = "triton"
     config = fixed_config(config, INTERPRETER_CONFIG, FP32_CONFIG, q.dtype, _picks, key, _kernel)
     tuning = config is None  # a key's first call on a GPU: the autotuner picks
     if not tuning:
@@ -513,6 +561,10 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     )
     if tuning:
         remember(_picks, key, kernel)
+    return _finish(o, lse, return_lse)
+
+
+def _finish(o, lse, return_lse):
     if not o.is_contiguous():  # rows were padded to 16 bytes: hand back a plain tensor
         o = o.contiguous()
     return (o, lse) if return_lse else o

@@ -364,6 +364,8 @@ def picked_tiles(provider: str, backward: bool = False) -> str:
         if provider == "course_graded" and not backward:
             return tile_text(getattr(impl.load("forward"), "_autotuned_kernel", None))
         if provider == "course_fast" and not backward:
+            if fast_forward.last_path["kernel"] == "gluon":
+                return "gluon " + " ".join(f"{k}={v}" for k, v in fast_forward.GLUON_CONFIG.items())
             return tile_text(fast_forward._tuned)
         if provider == "course_graded":
             tuned = getattr(impl.load("backward"), "_tuned", {})

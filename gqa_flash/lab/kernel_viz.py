@@ -1,5 +1,6 @@
 """The kernel's pictures (notebooks 04 and 05): the launch grid, which tiles a program visits,
-the two query sub-tiles of the fast kernel, and where a kernel's output is wrong.
+the two query sub-tiles of the fast kernel, the Gluon kernel's loader and consumers on an
+idealised clock, and where a kernel's output is wrong.
 
 :func:`plot_error_map` and :func:`plot_bug_gallery` draw what ``checks.forward_error_map()``
 and ``checks.simulated_error_map()`` measured; the rest is computed from the definitions.
@@ -146,6 +147,150 @@ def plot_pingpong(block_m=32, block_n=8, q_block=1):
     return fig
 
 
+# --------------------------------------------------------------------------
+# 05: the Gluon kernel on Hopper (gqa_flash/fast/hopper_forward.py): who waits for whom
+# --------------------------------------------------------------------------
+
+LOADER_K, LOADER_V, WAITING = "#55A868", "#8172B2", "#C44E52"
+
+
+def _ring_schedule(split, n_blocks, load, product, softmax, rescale):
+    """An idealised schedule of one tile of ``hopper_forward.py``: a loader and two consumers, their
+    waits on the rings' barriers, and one tensor-core queue that runs products in the order issued.
+    ``split``: K in 3 slots freed after its score product, V in 2 freed after P V; otherwise K and V
+    share 2 slots freed after P V. Returns bars by row: (start, end, label, kind)."""
+    k_slots = 3 if split else 2
+    times, bars = {}, {row: [] for row in ("K", "V", "c0", "c1", "tc")}
+
+    def consumer(c):
+        for j in range(-1, n_blocks):  # step j: S of block j+1 and P V of block j (j = -1: block 0's S alone)
+            if j + 1 < n_blocks:
+                yield "need", [("K", j + 1)]
+                yield "tc", ("S", j + 1, c), f"S{j + 1}"
+            if j >= 0:
+                yield "need", [("V", j)]
+                yield "tc", ("PV", j, c), f"PV{j}"
+            if j + 1 < n_blocks:
+                yield "need", [("S", j + 1, c)]
+                if split:
+                    times["Kfree", j + 1, c] = clock[c]
+                yield "busy", softmax, f"softmax {j + 1}", "softmax"
+            if j >= 0:
+                yield "need", [("PV", j, c)]
+                times["Vfree", j, c] = clock[c]
+                if not split:
+                    times["Kfree", j, c] = clock[c]
+                if j + 1 < n_blocks:
+                    yield "busy", rescale, "", "rescale"
+
+    def loader():
+        for b in range(n_blocks):
+            for name, slots in (("K", k_slots), ("V", 2)):
+                if b >= slots:  # the slot's previous tile must be released by both consumers
+                    yield "need", [(name + "free", b - slots, 0), (name + "free", b - slots, 1)]
+                yield "copy", (name, b), f"{name}{b}"
+
+    clock = {0: 0.0, 1: 0.0, "L": 0.0}
+    agents = {0: consumer(0), 1: consumer(1), "L": loader()}
+    cmd = {a: next(g) for a, g in agents.items()}
+    tc_free = 0.0
+    while cmd:  # run the agent whose next action comes first: products reach the queue in time order
+        ready = {a: max([clock[a]] + [times[k] for k in c[1]]) if c[0] == "need" else clock[a]
+                 for a, c in cmd.items() if c[0] != "need" or all(k in times for k in c[1])}
+        a = min(ready, key=lambda x: (ready[x], str(x)))
+        at, (kind, what, *rest) = ready[a], cmd[a]
+        if kind == "need" and at > clock[a] and a != "L":
+            load_wait = any(k[0] in ("K", "V") for k in what)
+            bars[f"c{a}"].append((clock[a], at, f"wait {what[0][0]}{what[0][1]}" if load_wait else "", "wait_load"
+                                  if load_wait else "wait"))
+        elif kind == "tc":
+            start = max(at, tc_free)
+            tc_free = times[what] = start + product
+            bars["tc"].append((start, tc_free, rest[0], f"c{a}"))
+        elif kind == "busy":
+            bars[f"c{a}"].append((at, at + what, *rest))
+            at += what
+        elif kind == "copy":
+            times[what] = at + load
+            bars[what[0]].append((at, at + load, rest[0], what[1]))
+        clock[a] = at
+        try:
+            cmd[a] = next(agents[a])
+        except StopIteration:
+            del cmd[a]
+    frees = {(k[0][0], k[1]): max(times[k[0], k[1], 0], times[k[0], k[1], 1])
+             for k in times if isinstance(k, tuple) and k[0] in ("Kfree", "Vfree") and k[2] == 0}
+    return bars, frees
+
+
+def plot_hopper_timeline(n_blocks=6, load=1.0, product=0.5, softmax=1.2, rescale=0.25):
+    """The Gluon kernel's loader and consumers on an idealised clock, twice: K's slot freed after P V
+    (as first built), and freed after its score product (as kept). Durations are made up."""
+    fig, axes = plt.subplots(2, 1, figsize=(13, 8.6), sharex=True)
+    titles = ("K released after P V (K and V share 2 slots): block j+2's copies start only when both consumers "
+              "are done with block j's P V,\nso at every step the consumers wait for K and the tensor cores stand idle",
+              "K released after its score product S (K in 3 slots, V in 2): each K lands before a consumer asks "
+              "for it,\nso in the loop the tensor cores never wait, and each softmax runs under the other products")
+    end = 0.0
+    for ax, split, title in zip(axes, (False, True), titles):
+        bars, frees = _ring_schedule(split, n_blocks, load, product, softmax, rescale)
+        k_slots = 3 if split else 2
+        lanes = [("K", s) for s in range(k_slots)] + [("V", s) for s in range(2)]
+        y = {lane: 0.5 * i for i, lane in enumerate(lanes)}
+        top = 0.5 * len(lanes) + 0.3
+        y.update({"c0": top, "c1": top + 1.1, "tc": top + 2.2})
+        for name in ("K", "V"):  # a slot: its copy in flight, then the tile held until both consumers free it
+            for start, stop, label, b in bars[name]:
+                row = y[name, b % (k_slots if name == "K" else 2)]
+                color = LOADER_K if name == "K" else LOADER_V
+                ax.add_patch(Rectangle((start, row), stop - start, 0.42, facecolor=color, edgecolor="white"))
+                ax.text((start + stop) / 2, row + 0.21, f"TMA {label}", ha="center", va="center", color="white",
+                        fontsize=7.5, weight="bold")
+                freed = frees.get((name, b))
+                if freed is not None:
+                    ax.add_patch(Rectangle((stop, row + 0.13), freed - stop, 0.16, facecolor=color, alpha=0.3))
+                    ax.plot([freed], [row + 0.21], marker="|", color="k", ms=9)
+        for c in (0, 1):
+            for start, stop, label, kind in bars[f"c{c}"]:
+                style = dict(softmax=dict(facecolor=MASKED), rescale=dict(facecolor="#937860"),
+                             wait=dict(facecolor="white", edgecolor="#999999", hatch="///", lw=0),
+                             wait_load=dict(facecolor="white", edgecolor=WAITING, hatch="///", lw=0))[kind]
+                ax.add_patch(Rectangle((start, y[f"c{c}"]), stop - start, 0.9, **style))
+                if label and stop - start > 0.45:
+                    ax.text((start + stop) / 2, y[f"c{c}"] + 0.45, label, ha="center", va="center", fontsize=8,
+                            color=WAITING if kind == "wait_load" else ("white" if kind == "softmax" else "k"),
+                            weight="bold", bbox=dict(facecolor="white", lw=0, pad=1) if kind == "wait_load" else None)
+        busy = sorted(bars["tc"])
+        for (start, stop, label, who), nxt in zip(busy, busy[1:] + [None]):
+            ax.add_patch(Rectangle((start, y["tc"]), stop - start, 0.9, facecolor=VISITED, edgecolor="white",
+                                   alpha=1.0 if who == "c0" else 0.6))
+            ax.text((start + stop) / 2, y["tc"] + 0.45, label, ha="center", va="center", color="white", fontsize=7.5,
+                    weight="bold")
+            if nxt is not None and nxt[0] - stop > 0.05:  # the tensor cores idle
+                ax.add_patch(Rectangle((stop, y["tc"]), nxt[0] - stop, 0.9, facecolor=WAITING, alpha=0.25, lw=0))
+        end = max(end, busy[-1][1])
+        ax.set_yticks([y[lane] + 0.21 for lane in lanes] + [y["c0"] + 0.45, y["c1"] + 0.45, y["tc"] + 0.45])
+        ax.set_yticklabels([f"loader: {name} slot {s}" for name, s in lanes] +
+                           ["consumer 0 (4 warps)", "consumer 1 (4 warps)", "tensor cores (wgmma)"], fontsize=8.5)
+        ax.set_ylim(y["tc"] + 1.0, -0.15)
+        ax.set_title(title, fontsize=9.5, loc="left")
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    axes[1].set_xlim(0, end + 0.3)
+    axes[1].set_xlabel(f"time (idealised: made-up durations, a product {product}, a softmax {softmax}, "
+                       f"a rescale {rescale}, a TMA copy {load}; one tile of {n_blocks} key blocks)")
+    fig.legend(handles=[Patch(color=LOADER_K, label="TMA copy of K in flight (faint: in its slot until freed, |)"),
+                        Patch(color=LOADER_V, label="TMA copy of V in flight (faint: likewise)"),
+                        Patch(color=VISITED, label="S = Q K^T or P V: consumer 0 (dark), 1 (light)"),
+                        Patch(color=MASKED, label="softmax (exp2)"), Patch(color="#937860", label="rescale"),
+                        Patch(facecolor="white", edgecolor=WAITING, hatch="///", label="waiting for a TMA copy"),
+                        Patch(facecolor="white", edgecolor="#999999", hatch="///", label="waiting for a product"),
+                        Patch(color=WAITING, alpha=0.25, label="tensor cores idle")],
+               loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
 def _error_image(ax, err, tol, kinds, title, title_color="black"):
     cmap = plt.get_cmap("Reds").copy()
     cmap.set_under(GOOD)
@@ -239,4 +384,5 @@ def plot_bug_gallery(maps: dict, head=1):
     return fig
 
 
-__all__ = ["plot_launch_grid", "plot_kernel_schedule", "plot_pingpong", "plot_error_map", "plot_bug_gallery"]
+__all__ = ["plot_launch_grid", "plot_kernel_schedule", "plot_pingpong", "plot_hopper_timeline", "plot_error_map",
+           "plot_bug_gallery"]

@@ -1,0 +1,93 @@
+"""The Gluon forward for Hopper (gqa_flash/fast/hopper_forward.py) on a GPU, against float64.
+
+Skipped without a CUDA device (conftest.py), and where the fast forward would not take the
+Gluon kernel (a GPU other than Hopper, a Triton other than the one measured). Every variant
+the kernel has is checked, not only the one the fast forward routes to: persistent or one
+program a tile, 128- or 64-key tiles, the consumers' turns (PINGPONG) on or off.
+"""
+
+import pytest
+import torch
+import triton
+
+import gqa_flash
+from gqa_flash.fast import forward as fast_forward
+from gqa_flash.reference import reference_attention
+from gqa_flash.testing import assert_lse_matches, assert_matches, random_qkv
+
+pytestmark = pytest.mark.gpu
+
+
+def _hopper_and_measured_triton():
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+            and triton.__version__.startswith(fast_forward.GLUON_TRITON))
+
+
+needs_gluon = pytest.mark.skipif(not _hopper_and_measured_triton(), reason="the Gluon kernel runs on Hopper, "
+                                 f"Triton {fast_forward.GLUON_TRITON}x only")
+
+VARIANTS = {
+    "routed": fast_forward.GLUON_CONFIG,
+    "n64": {"BLOCK_N": 64, "K_STAGES": 3, "V_STAGES": 3},
+    "n64_pingpong": {"BLOCK_N": 64, "K_STAGES": 3, "V_STAGES": 3, "PINGPONG": True},
+    "n128_one_tile": {"BLOCK_N": 128, "K_STAGES": 2, "V_STAGES": 2, "PERSISTENT": False},
+}
+
+CASES = [
+    # (batch, Hq, Hkv, N, D, dtype, causal, layout): even and odd groups (two heads a program, or
+    # 128 rows of one), ragged N, one row, padded head dims, not causal, strided inputs
+    (2, 8, 2, 1024, 128, torch.bfloat16, True, "contiguous"),
+    (1, 32, 8, 4096, 128, torch.bfloat16, True, "contiguous"),
+    (2, 8, 2, 1000, 128, torch.bfloat16, True, "contiguous"),
+    (1, 4, 4, 777, 128, torch.float16, True, "contiguous"),
+    (1, 6, 2, 300, 64, torch.bfloat16, True, "contiguous"),
+    (2, 4, 1, 1, 64, torch.bfloat16, True, "contiguous"),
+    (1, 8, 2, 513, 96, torch.bfloat16, True, "bnhd"),
+    (1, 8, 2, 200, 80, torch.float16, False, "contiguous"),
+    (1, 4, 2, 333, 128, torch.bfloat16, False, "strided"),
+]
+
+
+def _gluon(q, k, v, causal, config):
+    from gqa_flash.fast import hopper_forward
+
+    b, hq, n, d = q.shape
+    q, k, v = (fast_forward.readable(t) for t in (q, k, v))
+    o = fast_forward.empty_readable((b, hq, n, d), q.dtype, q.device)
+    lse = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)
+    hopper_forward.hopper_attention_forward(q, k, v, o, lse, causal, d ** -0.5, config)
+    return o, lse
+
+
+@needs_gluon
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("case", CASES, ids=[
+    f"b{c[0]}-h{c[1]}:{c[2]}-n{c[3]}-d{c[4]}-{str(c[5])[6:]}-{'causal' if c[6] else 'full'}-{c[7]}" for c in CASES])
+def test_gluon_forward_matches_float64(case, variant, seed):
+    b, hq, hkv, n, d, dtype, causal, layout = case
+    q, k, v = random_qkv(b, hq, hkv, n, d, dtype=dtype, layout=layout, seed=seed, device="cuda")
+    o, lse = _gluon(q, k, v, causal, VARIANTS[variant])
+    torch.cuda.synchronize()
+    ref, ref_lse = reference_attention(q, k, v, causal=causal)
+    print(f"\ngluon {variant} {case}: max |O - ref| = {(o.double().cpu() - ref).abs().max().item():.3e}")
+    assert_matches("O", o, ref, dtype, f"seed {seed}, variant {variant}")
+    assert_lse_matches(lse, ref_lse, f"seed {seed}, variant {variant}")
+
+
+@needs_gluon
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("n", [1024, 8192])
+def test_fast_forward_takes_the_gluon_kernel_where_it_wins(n, seed, monkeypatch):
+    from gqa_flash.fast import hopper_forward
+
+    calls = []
+    launch = hopper_forward.hopper_attention_forward
+    monkeypatch.setattr(hopper_forward, "hopper_attention_forward",
+                        lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+    q, k, v = random_qkv(1, 8, 2, n, 128, dtype=torch.bfloat16, seed=seed, device="cuda")
+    o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=True, return_lse=True)
+    assert calls, f"the fast forward did not take the Gluon kernel at N={n}: {fast_forward._gluon_failed}"
+    ref, ref_lse = reference_attention(q, k, v, causal=True)
+    assert_matches("O", o, ref, torch.bfloat16, f"seed {seed}")
+    assert_lse_matches(lse, ref_lse, f"seed {seed}")
