@@ -73,13 +73,13 @@ def make(b, hq, hkv, n, d, dtype, layout, seed):
     return one(hq), one(hkv, 2.0), one(hkv, 0.5)
 
 
-def check(writer, env):
+def check(writer, env, variants=None, cases=None):
     ok = True
-    for i, (b, hq, hkv, n, d, dtype, causal, layout) in enumerate(CHECKS):
+    for i, (b, hq, hkv, n, d, dtype, causal, layout) in enumerate(cases or CHECKS):
         q, k, v = make(b, hq, hkv, n, d, dtype, layout, 100 + i)
         ref, ref_lse = reference_attention(q, k, v, causal=causal)  # float64, on the CPU
         base = (sdpa(q, k, v, causal).cpu().double() - ref).abs().max().item()
-        for name, config in VARIANTS.items():
+        for name, config in (variants or VARIANTS).items():
             o, lse = gluon_call(q, k, v, causal, config)
             err = (o.cpu().double() - ref).abs().max().item()
             lse_err = (lse.cpu().double() - ref_lse).abs().max().item()
@@ -93,14 +93,15 @@ def check(writer, env):
     return ok
 
 
-def time_main(writer, env, rounds):
-    for d in (64, 128):
+def time_main(writer, env, rounds, head_dims=(64, 128), timed=None):
+    timed = TIMED if timed is None else timed
+    for d in head_dims:
         for n in (1024, 2048, 4096, 8192, 16384):
             case = bench.Case(head_dim=d, seq_len=n, causal=True, dtype=torch.bfloat16)
             q, k, v = bench.inputs(case)
             steps = {"sdpa_default": lambda: sdpa(q, k, v, True),
                      "course_fast": lambda: fast.fast_attention_forward(q, k, v, True)}
-            for name, config in TIMED.items():
+            for name, config in timed.items():
                 steps[name] = lambda config=config: gluon_call(q, k, v, True, config)
             ref = steps["sdpa_default"]()
             errs = {}
@@ -125,15 +126,19 @@ if __name__ == "__main__":
     out = sys.argv[1]
     parts = [a for a in sys.argv[2:] if not a.startswith("--")] or ["check", "time"]
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 5
+    # --route-only: the routed config alone, checked on the shapes below 4k, then the public function at head_dim
+    # 128 beside SDPA (a short run on a card not yet measured)
+    route = "--route-only" in sys.argv
     env = bench.environment()
     fields = ["part", "batch", "q_heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal", "layout", "provider",
               "ms", "tflops", "ratio_to_sdpa_default", "rounds_ms", "max_err", "sdpa_err", "lse_err", "verdict",
               "tiles", *env]
-    with open(out, "w", newline="") as f:
+    with open(out, "w", newline="", buffering=1) as f:  # line-buffered: a run cut short keeps its rows
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         if "check" in parts:
-            check(writer, env)
+            check(writer, env, {"routed": fast.GLUON_CONFIG} if route else None,
+                  [c for c in CHECKS if c[3] < 4096] if route else None)
         f.flush()
         if "time" in parts:  # timed even after a wrong check: its rows say so
-            time_main(writer, env, rounds)
+            time_main(writer, env, rounds, (128,) if route else (64, 128), {} if route else None)

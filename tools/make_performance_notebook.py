@@ -18,14 +18,16 @@ from pathlib import Path
 import nbformat as nbf
 
 import performance_notebook_hopper as hopper_section  # tools/: the Gluon kernel's subsection
+import performance_notebook_phases as phases_section  # tools/: the two-phase causal loop's subsection
 import performance_notebook_traffic as traffic_section  # tools/: the launch-order exercise's cells
 from gqa_flash.lab import perf_plots as pp
 from gqa_flash.lab import results
 
 # The topics this notebook reads (notebooks/data/INDEX.csv), in the order it reads them.
 TOPICS = ("forward_main", "forward_main_fast_shipped", "forward_other_shapes", "memory", "ceilings",
-          "graded_tiles", "fast_forward_tiles", "forward_first", "fast_subtiles", "lazy_rescaling", "environment",
-          "launch_order_traffic") + hopper_section.TOPICS
+          "graded_tiles") + phases_section.TOPICS + ("fast_forward_tiles", "forward_first", "fast_subtiles",
+                                                     "lazy_rescaling", "environment", "launch_order_traffic")
+TOPICS += hopper_section.TOPICS
 problems = results.unindexed()
 assert not problems, "notebooks/data and INDEX.csv disagree:\n" + "\n".join(problems)
 FILE = {topic: results.path(topic).name for topic in TOPICS}  # a KeyError names a topic missing from the index
@@ -383,7 +385,9 @@ Two lessons. First, **8 warps** for a 128-row tile: with 4 warps each warp holds
 128×128 fp32 accumulator in registers and the kernel spills or stalls (<<w4_128>>× at head_dim 128);
 8 warps halve that. Second, the best tile depends on head_dim and N, which is why the graded
 kernel's launcher hands a short list of candidates to `triton.autotune` on a GPU.
-
+"""))
+cells += phases_section.cells(md, code)  # the key loop's two phases, and the experiment that merged them
+cells.append(md(r"""
 ### The fast kernel, one change at a time
 
 `gqa_flash/fast/forward.py` keeps the maths of the graded kernel and changes how it runs on the GPU:
