@@ -124,8 +124,9 @@ def time_main(writer, env, rounds, head_dims=(64, 128), timed=None):
 
 if __name__ == "__main__":
     out = sys.argv[1]
-    parts = [a for a in sys.argv[2:] if not a.startswith("--")] or ["check", "time"]
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 5
+    words = [a for i, a in enumerate(sys.argv[2:], 2) if sys.argv[i - 1] != "--rounds"]  # not the value of --rounds
+    parts = [a for a in words if not a.startswith("--")] or ["check", "time"]
     # --route-only: the routed config alone, checked on the shapes below 4k, then the public function at head_dim
     # 128 beside SDPA (a short run on a card not yet measured)
     route = "--route-only" in sys.argv

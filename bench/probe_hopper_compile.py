@@ -49,7 +49,7 @@ def compile_kernel(head_dim=128, block_n=128, k_stages=3, v_stages=2, causal=Tru
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    args = [a for i, a in enumerate(sys.argv[1:], 1) if not a.startswith("--") and sys.argv[i - 1] != "--out"]
     out = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else Path("/tmp/hopper_forward")
     head_dim, block_n, k_stages, v_stages = ([int(a) for a in args] + [128, 128, 3, 2][len(args):])[:4]
     compiled = compile_kernel(head_dim, block_n, k_stages, v_stages)

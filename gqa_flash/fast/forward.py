@@ -79,7 +79,8 @@ the changes that the performance notebook measures one by one:
    autotuner's candidates.
 7. On Hopper, the Gluon kernel of ``hopper_forward.py`` (a loader warp, two
    consumer warpgroups, a persistent grid) where it was measured ahead of this
-   file's kernel: causal, head dims 65-128, N from 1k (``gluon_wanted``;
+   file's kernel: causal, N from 1k, timed at head_dim 128 (65-96 take it
+   too, checked but not timed) (``gluon_wanted``;
    bench/RESULTS.md, "The Gluon forward"). Everywhere else, and where it
    cannot compile, this file's kernel runs.
 
@@ -475,9 +476,10 @@ def _check_head_pairs(config, group_size):
 
 
 # Hopper's Gluon kernel (hopper_forward.py) where it was measured ahead of this file's kernel on an
-# H100 (bench/record/h100_hopper_forward_split_release.csv): causal, head dims 65-128, N from 1k
-# (measured to 16k), 128-key tiles with K in 3 slots and V in 2. Gluon's API moves between Triton
-# versions: only the version measured takes it.
+# H100 (notebooks/data/h100_hopper_forward_split_release.csv, h100_forward_main_gluon_route.csv):
+# causal, N from 1k (timed to 16k), 128-key tiles with K in 3 slots and V in 2; timed at head_dim
+# 128, and head dims 65-96 take it too (both kernels pad them to 128 columns; checked against float64,
+# not timed). Gluon's API moves between Triton versions: only the version measured takes it.
 GLUON_MIN_SEQ_LEN = 1024
 GLUON_CONFIG = {"BLOCK_N": 128, "K_STAGES": 3, "V_STAGES": 2}
 GLUON_TRITON = "3.6."
@@ -490,6 +492,11 @@ def gluon_wanted(capability, triton_version, dtype, head_dim, seq_len, causal) -
     return (capability[0] == 9 and triton_version.startswith(GLUON_TRITON) and causal
             and dtype in (torch.float16, torch.bfloat16) and 64 < head_dim <= 128
             and seq_len >= GLUON_MIN_SEQ_LEN)
+
+
+def _on_hopper_with_gluon(q) -> bool:
+    """A compiled CUDA launch (not the interpreter, not ROCm, whose MI200/MI300 also report a 9.x capability)."""
+    return q.is_cuda and not runtime.INTERPRETER and torch.version.hip is None
 
 
 def _try_gluon(q, k, v, o, lse, causal, sm_scale, key) -> bool:
@@ -519,6 +526,8 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     of one head (item 6 of the module's docstring).
     ``group_major=False`` launches the programs in the graded kernel's order instead of the
     KV-group-major one (to measure what the order is worth; same results either way).
+    On Hopper a call the rule picks (``gluon_wanted``) runs hopper_forward.py's Gluon kernel instead
+    (``last_path`` says which ran); a ``config`` or ``group_major=False`` always runs this file's kernel.
     """
     batch, n_q_heads, seq_len, head_dim = q.shape
     n_kv_heads = k.shape[1]
@@ -528,16 +537,16 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     o = empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
     lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
-    # Placeholder tile shapes; _set_block_shapes puts the real ones in before the launch.
-    descs = {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad])
-             for name, t in (("q_desc", q), ("k_desc", k), ("v_desc", v), ("o_desc", o))}
     key = ("forward", seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, q.dtype)
-    if (config is None and q.is_cuda
+    if (config is None and group_major and _on_hopper_with_gluon(q)
             and gluon_wanted(torch.cuda.get_device_capability(q.device), triton.__version__, q.dtype, head_dim,
                              seq_len, causal)
             and _try_gluon(q, k, v, o, lse, causal, sm_scale, key)):
         last_path["kernel"] = "gluon"
         return _finish(o, lse, return_lse)
+    # Placeholder tile shapes; _set_block_shapes puts the real ones in before the launch.
+    descs = {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad])
+             for name, t in (("q_desc", q), ("k_desc", k), ("v_desc", v), ("o_desc", o))}
     last_path["kernel"] = "triton"
     config = fixed_config(config, INTERPRETER_CONFIG, FP32_CONFIG, q.dtype, _picks, key, _kernel)
     tuning = config is None  # a key's first call on a GPU: the autotuner picks

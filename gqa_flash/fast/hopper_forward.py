@@ -24,11 +24,12 @@ shared memory, TMA copies, mbarriers, ``warpgroup_mma`` and
   asynchronous, then waits only for the first (``warpgroup_mma_wait(1)``) and
   runs block j+1's softmax while the tensor cores still work on block j's
   P V. Only then does it wait for P V, rescale the accumulator and release V's
-  slot. K's slot was released as soon as its scores were waited for: released
+  slot. K's slot is released as soon as its scores are waited for: released
   after P V instead, block j+2's K could only start loading when the consumer
-  already wanted it; releasing it early gained 11-22% at head_dim 128 on an
-  H100 (bench/RESULTS.md, "The Gluon forward"). Between the two consumers the hardware does the rest: while
-  one warpgroup's exponentials run, the other's products keep the tensor cores
+  already wanted it; releasing it early gained 11-18% at head_dim 128 on an
+  H100, up to 22% with K's third slot (bench/RESULTS.md, "The Gluon
+  forward"). Between the two consumers the hardware does the rest: while one
+  warpgroup's exponentials run, the other's products keep the tensor cores
   busy (FlashAttention-3's ping-pong). Ordering their turns by hand
   (``PINGPONG``, an option) measured no better.
 - The grid is persistent: one program an SM, taking tiles in turn, heaviest

@@ -77,17 +77,59 @@ def test_gluon_forward_matches_float64(case, variant, seed):
 
 @needs_gluon
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("n", [1024, 8192])
-def test_fast_forward_takes_the_gluon_kernel_where_it_wins(n, seed, monkeypatch):
+@pytest.mark.parametrize("variant", ["routed", "n64_pingpong"])
+@pytest.mark.parametrize("case", CASES, ids=[
+    f"b{c[0]}-h{c[1]}:{c[2]}-n{c[3]}-d{c[4]}-{str(c[5])[6:]}-{'causal' if c[6] else 'full'}-{c[7]}" for c in CASES])
+def test_gluon_forward_across_tiles(case, variant, seed, monkeypatch):
+    """Five programs, so that every program takes several tiles (and not the same number): the barriers' phases,
+    Q's next load and O's slot carried from tile to tile, in every mode of the tile decode."""
+    from gqa_flash.fast import hopper_forward
+
+    monkeypatch.setattr(hopper_forward, "sm_count", lambda device: 5)
+    test_gluon_forward_matches_float64(case, variant, seed)
+
+
+def _routed(monkeypatch):
     from gqa_flash.fast import hopper_forward
 
     calls = []
     launch = hopper_forward.hopper_attention_forward
-    monkeypatch.setattr(hopper_forward, "hopper_attention_forward",
-                        lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+
+    def counted(*args, **kwargs):
+        out = launch(*args, **kwargs)
+        calls.append(1)  # after the launch returned: a launch that raised is not counted
+        return out
+
+    monkeypatch.setattr(hopper_forward, "hopper_attention_forward", counted)
+    return calls
+
+
+@needs_gluon
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("n", [1024, 8192])
+def test_fast_forward_takes_the_gluon_kernel_where_it_wins(n, seed, monkeypatch):
+    calls = _routed(monkeypatch)
     q, k, v = random_qkv(1, 8, 2, n, 128, dtype=torch.bfloat16, seed=seed, device="cuda")
     o, lse = gqa_flash.fast_attention_forward(q, k, v, causal=True, return_lse=True)
-    assert calls, f"the fast forward did not take the Gluon kernel at N={n}: {fast_forward._gluon_failed}"
+    assert calls and fast_forward.last_path["kernel"] == "gluon", \
+        f"the fast forward did not take the Gluon kernel at N={n}: {fast_forward._gluon_failed}"
     ref, ref_lse = reference_attention(q, k, v, causal=True)
     assert_matches("O", o, ref, torch.bfloat16, f"seed {seed}")
     assert_lse_matches(lse, ref_lse, f"seed {seed}")
+
+
+@needs_gluon
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("why, n, d, causal, kwargs", [
+    ("head_dim 64", 1024, 64, True, {}),
+    ("N below 1k", 512, 128, True, {}),
+    ("not causal", 1024, 128, False, {}),
+    ("a config", 1024, 128, True, {"config": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}}),
+    ("the graded kernel's launch order", 1024, 128, True, {"group_major": False}),
+])
+def test_fast_forward_keeps_the_triton_kernel_elsewhere(why, n, d, causal, kwargs, seed, monkeypatch):
+    calls = _routed(monkeypatch)
+    q, k, v = random_qkv(1, 8, 2, n, d, dtype=torch.bfloat16, seed=seed, device="cuda")
+    o = fast_forward.fast_attention_forward(q, k, v, causal=causal, **kwargs)
+    assert not calls and fast_forward.last_path["kernel"] == "triton", f"{why}: the Gluon kernel ran"
+    assert_matches("O", o, reference_attention(q, k, v, causal=causal)[0], torch.bfloat16, f"seed {seed}, {why}")
