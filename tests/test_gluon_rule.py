@@ -54,7 +54,7 @@ def test_the_gluon_configs_fit_a_hopper_program_and_a_bigger_one_is_refused():
     assert hopper_forward.shared_bytes(fast_forward.GLUON_CONFIG, 128) >= 229_752
     for config, head_dim_pad in ((fast_forward.GLUON_CONFIG, 128), (hopper_forward.config_for(128), 128),
                                  (hopper_forward.config_for(64), 64)):
-        assert hopper_forward.shared_bytes(config, head_dim_pad) <= hopper_forward.SHARED_BYTES
+        assert hopper_forward.shared_bytes(config, head_dim_pad) <= fast_forward.SHARED_MEMORY
     q = torch.zeros(1, 2, 8, 128, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"config: .*K_STAGES': 4.* bytes of shared memory at head_dim 128"):
         hopper_forward.hopper_attention_forward(q, q[:, :1], q[:, :1], q, None, True, 0.1,

@@ -52,6 +52,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from gqa_flash import runtime
+from gqa_flash.fast import forward as triton_forward  # its layouts for the TMA and its shared-memory limit
+
 ROWS = gl.constexpr(64)  # query rows a consumer warpgroup owns: one wgmma M of 64 across its 4 warps
 CONSUMERS = gl.constexpr(2)
 
@@ -277,9 +280,6 @@ def head_dim_tile(head_dim: int) -> int:
     return 64 if head_dim <= 64 else 128
 
 
-SHARED_BYTES = 232_448  # a Hopper program's shared memory (227 KiB)
-
-
 def config_for(head_dim_pad: int):
     """128-key tiles; K in 3 slots and V in 2 at head_dim 128 (224 KiB of shared memory with Q and O),
     3 of each at 64."""
@@ -301,14 +301,9 @@ def descriptors(q, k, v, o, head_dim_pad, block_n):
     return desc(q, ROWS.value), desc(k, block_n), desc(v, block_n), desc(o, ROWS.value)
 
 
-_SM_COUNT = {}
-
-
 def sm_count(device) -> int:
-    index = torch.device(device).index or 0
-    if index not in _SM_COUNT:
-        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SM_COUNT[index]
+    """The GPU's SMs: the persistent grid's programs (a seam the GPU tests shrink to cross tiles)."""
+    return runtime.on_gpu(device)[0]
 
 
 def hopper_attention_forward(q, k, v, o, lse, causal, sm_scale, config=None):
@@ -320,9 +315,10 @@ def hopper_attention_forward(q, k, v, o, lse, causal, sm_scale, config=None):
     n_kv_heads = k.shape[1]
     head_dim_pad = head_dim_tile(head_dim)
     config = {"PERSISTENT": True, "PINGPONG": False, **config_for(head_dim_pad), **(config or {})}
-    if shared_bytes(config, head_dim_pad) > SHARED_BYTES:
+    limit = triton_forward.shared_memory(q.device)
+    if shared_bytes(config, head_dim_pad) > limit:
         raise ValueError(f"config: {config} needs {shared_bytes(config, head_dim_pad):,} bytes of shared memory at "
-                         f"head_dim {head_dim}, more than a Hopper program's {SHARED_BYTES:,}")
+                         f"head_dim {head_dim}, more than the {limit:,} a program may hold here")
     pair_heads = (n_q_heads // n_kv_heads) % 2 == 0
     q_desc, k_desc, v_desc, o_desc = descriptors(q, k, v, o, head_dim_pad, config["BLOCK_N"])
     span = ROWS.value * (1 if pair_heads else CONSUMERS.value)
@@ -333,3 +329,14 @@ def hopper_attention_forward(q, k, v, o, lse, causal, sm_scale, config=None):
         n_kv_heads, n_tiles, CAUSAL=causal, PAIR_HEADS=pair_heads, BLOCK_N=config["BLOCK_N"], HEAD_DIM=head_dim_pad,
         K_STAGES=config["K_STAGES"], V_STAGES=config["V_STAGES"], PINGPONG=config["PINGPONG"], num_warps=4)
     return o, lse
+
+
+def attention(q, k, v, causal=True, sm_scale=None, config=None):
+    """(O, LSE) from the Gluon kernel alone, whatever the route would pick: for benchmarks and tests.
+    Inputs the TMA cannot read are copied first, as the fast forward does."""
+    batch, n_q_heads, seq_len, head_dim = q.shape
+    q, k, v = (triton_forward.readable(t) for t in (q, k, v))
+    o = triton_forward.empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
+    lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
+    sm_scale = head_dim ** -0.5 if sm_scale is None else sm_scale
+    return hopper_attention_forward(q, k, v, o, lse, causal, sm_scale, config)
