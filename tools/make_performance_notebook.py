@@ -139,6 +139,10 @@ NUM["lazy_sub"] = lazy_loss(("fast_256x64_w8_s3_sub2", "fast_128x64_w4_s3_sub2")
 
 
 NUM["order_bytes"] = traffic_section.NUM["ratio_span"]
+for section in (traffic_section, phases_section, hopper_section):  # their numbers go in by the same fill()
+    clash = NUM.keys() & section.NUM.keys()
+    assert not clash, f"{section.__name__} and this script both name {sorted(clash)}"
+    NUM.update(section.NUM)
 
 
 def fill(text):

@@ -56,14 +56,7 @@ assert all(r["tiles"].startswith("gluon") == (int(r["head_dim"]) == 128) for r i
            if r["provider"] == "course_fast"), "the text says head_dim 128 runs the Gluon kernel, 64 the Triton one"
 
 
-def fill(text):
-    """This section's numbers into a markdown cell; the generator's md() fills the file names and checks."""
-    for key, value in NUM.items():
-        text = text.replace(f"<<{key}>>", value)
-    return text
-
-
-CELL_0 = r"""
+ROLES_AND_RINGS = r"""
 ### Warp specialisation on Hopper: a loader, two consumers, and who waits for whom
 
 Everything above is Triton: you write what one program computes, and the compiler decides where each load
@@ -116,13 +109,13 @@ durations, not a measurement.
 """
 
 
-CELL_1 = r"""
+TIMELINE_CELL = r"""
 kernel_viz.plot_hopper_timeline()
 plt.show()
 """
 
 
-CELL_2 = r"""
+READING_THE_TIMELINE = r"""
 Top: the red hatching is a copy's latency that nothing hides. Bottom: K's copy waits in the loader
 only behind V's, and still lands before a consumer asks for it; each consumer's softmax lies under
 products, its own $PV$ and the other consumer's $S$ and $PV$. The two consumers are not told to take
@@ -139,7 +132,7 @@ kernel has K in 3 slots and V in 2 (3 at 64).
 """
 
 
-CELL_3 = r"""
+STEPS_TABLE_CELL = r"""
 # NBVAL_CHECK_OUTPUT
 def hopper_ratios(topic, provider, d):
     # {N: (ratio to SDPA's default, tiles column)} of one provider's timed rows in one file
@@ -177,7 +170,7 @@ print("\n* the fast kernel's route of that day ran the Gluon kernel there: " + "
 """
 
 
-CELL_4 = r"""
+PREDICTIONS = r"""
 What each step gave, against what was written down before it (`bench/RESULTS.md`, "The Gluon forward"):
 
 1. **One program a tile.** Predicted: level with the Triton kernel from 8k, ahead at 1k–4k. It came out
@@ -209,7 +202,7 @@ the Triton kernel at 64 (<<file:forward_main_h100_gluon_route>>):
 """
 
 
-CELL_5 = r"""
+ROUTE_CELL = r"""
 # NBVAL_CHECK_OUTPUT
 route = results.load("forward_main_h100_gluon_route")
 print(results.cite("forward_main_h100_gluon_route"))
@@ -229,10 +222,10 @@ for d in (64, 128):
 def cells(md, code):
     """The subsection's cells, in order; md and code are the generator's cell builders."""
     return [
-        md(fill(CELL_0)),
-        code(CELL_1),
-        md(fill(CELL_2)),
-        code(CELL_3),
-        md(fill(CELL_4)),
-        code(CELL_5),
+        md(ROLES_AND_RINGS),
+        code(TIMELINE_CELL),
+        md(READING_THE_TIMELINE),
+        code(STEPS_TABLE_CELL),
+        md(PREDICTIONS),
+        code(ROUTE_CELL),
     ]

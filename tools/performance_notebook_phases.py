@@ -57,14 +57,7 @@ NUM["flat64"] = f"{max(abs(change[(t, d, 4096)]) for t in plain for d in (64, 12
 assert float(NUM["flat64"]) <= 0.5, "the text says 64x64 moved by at most half a percent at 4k"
 
 
-def fill(text):
-    """This section's numbers into a markdown cell; the generator's md() fills the file names and checks."""
-    for key, value in NUM.items():
-        text = text.replace(f"<<{key}>>", value)
-    return text
-
-
-CELL_0 = r"""
+WHY_TWO_PHASES = r"""
 ### The two-phase causal loop: no mask below the diagonal
 
 Your kernel of notebook 04 walks a query tile's keys in two phases, and so does the fast kernel. A tile
@@ -86,7 +79,7 @@ at 4k. The picture draws the 1k case; the numbered row is one query tile's walk.
 """
 
 
-CELL_1 = r"""
+SCHEDULE_CELL = r"""
 from gqa_flash.lab import kernel_viz
 
 kernel_viz.plot_kernel_schedule(seq_len=1024, block_m=128, block_n=64, highlight=5, ask=False)
@@ -94,7 +87,7 @@ plt.show()
 """
 
 
-CELL_2 = r"""
+MERGED_EXPERIMENT = r"""
 Every walk ends in its two diagonal blocks, whatever $N$, so the share that needs the mask falls as $N$
 grows. (On the right, without the causal mask, no block at this length is ragged: nothing is masked.)
 
@@ -115,7 +108,7 @@ SDPA by the two-phase loop's at the same tile (`sub2`: two query sub-tiles a pro
 """
 
 
-CELL_3 = r"""
+MERGED_TABLE_CELL = r"""
 # NBVAL_CHECK_OUTPUT
 merged = {(r["provider"], int(r["d"]), int(r["n"])): float(r["ratio"])
           for r in results.load("backward_flat_forward_merged") if r["kind"] == "merged"}
@@ -130,7 +123,7 @@ for tile in ("fast_256x64_w8_s3_sub2", "fast_128x64_w4_s3_sub2", "fast_128x64_w4
 """
 
 
-CELL_4 = r"""
+LESSON = r"""
 The merged loop was slower at every sub-tiled tile, <<slower>> of the <<pairs>> tile and shape pairs: by
 <<loss256>>% at 256×64, as predicted, and by <<loss128>>% on the sub-tiled 128×64, where ±2% was
 predicted. Only 64×64 without sub-tiles, whose products form a single chain, did not lose (<<gain64>>% faster at 1k,
@@ -146,9 +139,9 @@ comparisons they save than a loop body with no branch in it, which the compiler 
 def cells(md, code):
     """The subsection's cells, in order; md and code are the generator's cell builders."""
     return [
-        md(fill(CELL_0)),
-        code(CELL_1),
-        md(fill(CELL_2)),
-        code(CELL_3),
-        md(fill(CELL_4)),
+        md(WHY_TWO_PHASES),
+        code(SCHEDULE_CELL),
+        md(MERGED_EXPERIMENT),
+        code(MERGED_TABLE_CELL),
+        md(LESSON),
     ]

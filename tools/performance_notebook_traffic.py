@@ -2,8 +2,8 @@
 practice exercise gqa_flash/traffic.py (a model of DRAM traffic) beside the H200's count.
 
 Imported by tools/make_performance_notebook.py, which places :func:`cells` after the roofline. Its cells go
-through the generator's builders, whose fill() puts in the generator's numbers (<<t64_tflops>>...); the
-numbers of the launch-order prose are computed here from the topic launch_order_traffic (ncu on an H200,
+through the generator's builders, whose fill() puts in the generator's numbers (<<t64_tflops>>...) and this
+module's (NUM, merged into the generator's); the numbers of the launch-order prose are computed here from the topic launch_order_traffic (ncu on an H200,
 notebooks/data/INDEX.csv) and the ceilings, with asserts on the words around them. The model's numbers come
 from running the solution of traffic.py at the measured shape (this script is the instructor's).
 """
@@ -87,13 +87,6 @@ assert max(errors) < 0.10, errors
 NUM["m25_err"] = f"{100 * max(errors):.0f}"
 assert all(MODEL[(label, "group_major", d)] > MODEL[(label, "head_major", d)]
            for label in SETTINGS for d in (128,)), "the text says the model gets the direction"
-
-
-def fill(text):
-    """This section's numbers into a markdown cell; the generator's md() fills its own and checks none is left."""
-    for key, value in NUM.items():
-        text = text.replace(f"<<{key}>>", value)
-    return text
 
 
 READS = r"""
@@ -311,12 +304,12 @@ def cells(md, code):
         md(READS),
         code(READS_CELL),
         md(READS_AFTER),
-        md(fill(INTRO)),
-        md(fill(EXERCISE)),
+        md(INTRO),
+        md(EXERCISE),
         code("# NBVAL_CHECK_OUTPUT\nfrom gqa_flash.lab import checks\n\nchecks.check_launch_order()"),
         code("# NBVAL_CHECK_OUTPUT\nchecks.check_traffic_model()"),
-        md(fill(COMPARE)),
+        md(COMPARE),
         code(MODEL_CELL),
         code(FIGURE_CELL),
-        md(fill(LESSON)),
+        md(LESSON),
     ]
