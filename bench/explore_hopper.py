@@ -133,4 +133,8 @@ if __name__ == "__main__":
                   [c for c in CHECKS if c[3] < 4096] if route else None)
         f.flush()
         if "time" in parts:  # timed even after a wrong check: its rows say so
-            time_main(writer, env, rounds, (128,) if route else (64, 128), {} if route else None)
+            # --route-only times the routed config beside the public function too: on a card the route does not
+            # name yet (GLUON_CARDS), the public function runs the Triton kernel, and this row says what the
+            # Gluon kernel would give there
+            time_main(writer, env, rounds, (128,) if route else (64, 128),
+                      {"gluon_routed": fast.GLUON_CONFIG} if route else None)

@@ -13,6 +13,9 @@ MEASURED = fast_forward.GLUON_TRITON + "0"
 BF16 = torch.bfloat16
 
 
+H100 = "NVIDIA H100 80GB HBM3"
+
+
 @pytest.mark.parametrize("capability, version, dtype, head_dim, seq_len, causal, wanted", [
     (HOPPER, MEASURED, BF16, 128, 1024, True, True),
     (HOPPER, MEASURED, torch.float16, 96, 4096, True, True),
@@ -30,7 +33,16 @@ BF16 = torch.bfloat16
     (HOPPER, "3.8.0", BF16, 128, 2048, True, False),    # Gluon's API moves between versions
 ])
 def test_gluon_rule(capability, version, dtype, head_dim, seq_len, causal, wanted):
-    assert fast_forward.gluon_wanted(capability, version, dtype, head_dim, seq_len, causal) is wanted
+    assert fast_forward.gluon_wanted(capability, H100, version, dtype, head_dim, seq_len, causal) is wanted
+
+
+@pytest.mark.parametrize("card, wanted", [
+    (H100, True), ("NVIDIA H100 PCIe", True),
+    ("NVIDIA H200", False),  # the same chip, but neither timed nor tested with the Gluon kernel yet
+    ("NVIDIA H20", False),
+])
+def test_gluon_rule_takes_only_the_cards_it_ran_on(card, wanted):
+    assert fast_forward.gluon_wanted(HOPPER, card, MEASURED, BF16, 128, 4096, True) is wanted
 
 
 @pytest.mark.skipif(not runtime.INTERPRETER, reason="CPU tensors run only in the interpreter")

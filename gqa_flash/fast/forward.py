@@ -479,17 +479,22 @@ def _check_head_pairs(config, group_size):
 # H100 (notebooks/data/h100_hopper_forward_split_release.csv, h100_forward_main_gluon_route.csv):
 # causal, N from 1k (timed to 16k), 128-key tiles with K in 3 slots and V in 2; timed at head_dim
 # 128, and head dims 65-96 take it too (both kernels pad them to 128 columns; checked against float64,
-# not timed). Gluon's API moves between Triton versions: only the version measured takes it.
+# not timed). Gluon's API moves between Triton versions: only the version measured takes it; and only
+# the cards it was timed and tested on (tests/gpu/test_gpu_hopper_forward.py, bench/explore_hopper.py
+# --route-only) take it: an H200 is the same chip, but neither ran there yet, so it keeps this file's kernel.
 GLUON_MIN_SEQ_LEN = 1024
+GLUON_CARDS = ("H100",)  # a substring of torch.cuda.get_device_name()
 GLUON_CONFIG = {"BLOCK_N": 128, "K_STAGES": 3, "V_STAGES": 2}
 GLUON_TRITON = "3.6."
 _gluon_failed = {}  # key -> why the Gluon kernel could not compile there (then this file's kernel runs)
 last_path = {"kernel": None}  # which kernel the last call ran ("gluon" or "triton"): the benchmarks' tiles column
 
 
-def gluon_wanted(capability, triton_version, dtype, head_dim, seq_len, causal) -> bool:
-    """Whether a call takes the Gluon kernel: the rule above, on a Hopper GPU (compute capability 9.x)."""
-    return (capability[0] == 9 and triton_version.startswith(GLUON_TRITON) and causal
+def gluon_wanted(capability, card, triton_version, dtype, head_dim, seq_len, causal) -> bool:
+    """Whether a call takes the Gluon kernel: the rule above, on a Hopper GPU (compute capability 9.x)
+    named in GLUON_CARDS."""
+    return (capability[0] == 9 and any(name in card for name in GLUON_CARDS)
+            and triton_version.startswith(GLUON_TRITON) and causal
             and dtype in (torch.float16, torch.bfloat16) and 64 < head_dim <= 128
             and seq_len >= GLUON_MIN_SEQ_LEN)
 
@@ -539,8 +544,8 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     key = ("forward", seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, q.dtype)
     if (config is None and group_major and _on_hopper_with_gluon(q)
-            and gluon_wanted(torch.cuda.get_device_capability(q.device), triton.__version__, q.dtype, head_dim,
-                             seq_len, causal)
+            and gluon_wanted(torch.cuda.get_device_capability(q.device), torch.cuda.get_device_name(q.device),
+                             triton.__version__, q.dtype, head_dim, seq_len, causal)
             and _try_gluon(q, k, v, o, lse, causal, sm_scale, key)):
         last_path["kernel"] = "gluon"
         return _finish(o, lse, return_lse)

@@ -96,6 +96,9 @@ def _routed(monkeypatch):
 
 
 @needs_gluon
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or not any(c in torch.cuda.get_device_name() for c in fast_forward.GLUON_CARDS),
+                    reason=f"the route takes the Gluon kernel on {', '.join(fast_forward.GLUON_CARDS)} only")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("n", [1024, 8192])
 def test_fast_forward_takes_the_gluon_kernel_where_it_wins(n, seed, monkeypatch):
