@@ -68,9 +68,10 @@ product of that chain; change 6's two sub-tiles are two chains, so that one's ex
 behind the other's products.
 
 **Gluon** (`triton.experimental.gluon`, Triton's lower-level dialect) has you write what the compiler
-decided. On Hopper with Triton 3.6 the fast forward hands causal calls at head dims 65–128 from
+decided. On an H100 with Triton 3.6 the fast forward hands causal calls at head dims 65–128 from
 $N$ = 1k to a kernel written in it, `gqa_flash/fast/hopper_forward.py`, arranged as FlashAttention-3 is
-(everywhere else `forward.py`'s Triton kernel runs). What it says that Triton could not be told:
+(everywhere else `forward.py`'s Triton kernel runs, an H200 too until the Gluon kernel is timed and
+tested there). What it says that Triton could not be told:
 
 - **Roles** (`gl.warp_specialize`): a *loader* of one warp that only issues TMA copies of K and V tiles,
   and two *consumer* warpgroups of 4 warps (the unit one `wgmma` works on), each owning 64 query rows:
