@@ -74,17 +74,17 @@ def supported_dtypes() -> tuple[torch.dtype, ...]:
 
 
 @functools.lru_cache(maxsize=None)
-def gpu_properties(index: int) -> tuple[int, int, int]:
-    """(SMs, compute capability's major number, bytes of shared memory a block may use) of CUDA GPU
+def gpu_properties(index: int) -> tuple[int, int, int, str]:
+    """(SMs, compute capability's major number, bytes of shared memory a block may use, name) of CUDA GPU
     ``index``, as torch and Triton's driver report them: asked once, not at every launch."""
     import triton  # imported here so that the environment above is set first
 
     props = torch.cuda.get_device_properties(index)
     shared = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
-    return props.multi_processor_count, props.major, shared
+    return props.multi_processor_count, props.major, shared, props.name
 
 
-def on_gpu(device) -> tuple[int, int, int] | None:
+def on_gpu(device) -> tuple[int, int, int, str] | None:
     """:func:`gpu_properties` of ``device`` (a ``torch.device``; the current GPU when it has no index),
     or None where kernels run in the interpreter."""
     if INTERPRETER or device.type != "cuda":

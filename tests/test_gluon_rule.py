@@ -8,7 +8,7 @@ import torch
 from gqa_flash import runtime
 from gqa_flash.fast import forward as fast_forward
 
-HOPPER, AMPERE = (9, 0), (8, 0)
+HOPPER, AMPERE = 9, 8  # compute capabilities' major numbers
 MEASURED = fast_forward.GLUON_TRITON + "0"
 BF16 = torch.bfloat16
 
@@ -16,7 +16,7 @@ BF16 = torch.bfloat16
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-@pytest.mark.parametrize("capability, version, dtype, head_dim, seq_len, causal, wanted", [
+@pytest.mark.parametrize("major, version, dtype, head_dim, seq_len, causal, wanted", [
     (HOPPER, MEASURED, BF16, 128, 1024, True, True),
     (HOPPER, MEASURED, torch.float16, 96, 4096, True, True),
     (HOPPER, MEASURED, BF16, 128, 16384, True, True),
@@ -29,11 +29,11 @@ H100 = "NVIDIA H100 80GB HBM3"
     (HOPPER, MEASURED, BF16, 128, 2048, False, False),  # not causal: not measured
     (HOPPER, MEASURED, torch.float32, 128, 2048, True, False),
     (AMPERE, MEASURED, BF16, 128, 2048, True, False),   # no wgmma, no TMA
-    ((10, 0), MEASURED, BF16, 128, 2048, True, False),  # Blackwell: another kernel's job (tcgen05)
+    (10, MEASURED, BF16, 128, 2048, True, False),  # Blackwell: another kernel's job (tcgen05)
     (HOPPER, "3.8.0", BF16, 128, 2048, True, False),    # Gluon's API moves between versions
 ])
-def test_gluon_rule(capability, version, dtype, head_dim, seq_len, causal, wanted):
-    assert fast_forward.gluon_wanted(capability, H100, version, dtype, head_dim, seq_len, causal) is wanted
+def test_gluon_rule(major, version, dtype, head_dim, seq_len, causal, wanted):
+    assert fast_forward.gluon_wanted(major, H100, version, dtype, head_dim, seq_len, causal) is wanted
 
 
 @pytest.mark.parametrize("card, wanted", [

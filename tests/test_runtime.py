@@ -88,7 +88,7 @@ def test_decode_launches_the_merge_early_only_where_the_gpu_can(monkeypatch, int
 
     monkeypatch.setattr(runtime, "INTERPRETER", interpreter)
     # the GPU's (SMs, capability's major number, shared memory), as decode.py asks for them
-    monkeypatch.setattr(runtime, "gpu_properties", lambda index: (132, capability[0], 232448))
+    monkeypatch.setattr(runtime, "gpu_properties", lambda index: (132, capability[0], 232448, "a GPU"))
     if decode_launch.gdc_wait is None:  # an older Triton: never
         expected = False
     assert decode_launch.pdl_supported(torch.device(device)) is expected

@@ -483,25 +483,26 @@ def _check_head_pairs(config, group_size):
 # the cards it was timed and tested on (tests/gpu/test_gpu_hopper_forward.py, bench/explore_hopper.py
 # --route-only) take it: an H200 is the same chip, but neither ran there yet, so it keeps this file's kernel.
 GLUON_MIN_SEQ_LEN = 1024
-GLUON_CARDS = ("H100",)  # a substring of torch.cuda.get_device_name()
+GLUON_CARDS = ("H100",)  # a substring of the GPU's name
 GLUON_CONFIG = {"BLOCK_N": 128, "K_STAGES": 3, "V_STAGES": 2}
 GLUON_TRITON = "3.6."
 _gluon_failed = {}  # key -> why the Gluon kernel could not compile there (then this file's kernel runs)
 last_path = {"kernel": None}  # which kernel the last call ran ("gluon" or "triton"): the benchmarks' tiles column
 
 
-def gluon_wanted(capability, card, triton_version, dtype, head_dim, seq_len, causal) -> bool:
-    """Whether a call takes the Gluon kernel: the rule above, on a Hopper GPU (compute capability 9.x)
-    named in GLUON_CARDS."""
-    return (capability[0] == 9 and any(name in card for name in GLUON_CARDS)
+def gluon_wanted(major, card, triton_version, dtype, head_dim, seq_len, causal) -> bool:
+    """Whether a call takes the Gluon kernel: the rule above, on a Hopper GPU (compute capability 9.x,
+    ``major`` 9) named in GLUON_CARDS."""
+    return (major == 9 and any(name in card for name in GLUON_CARDS)
             and triton_version.startswith(GLUON_TRITON) and causal
             and dtype in (torch.float16, torch.bfloat16) and 64 < head_dim <= 128
             and seq_len >= GLUON_MIN_SEQ_LEN)
 
 
-def _on_hopper_with_gluon(q) -> bool:
-    """A compiled CUDA launch (not the interpreter, not ROCm, whose MI200/MI300 also report a 9.x capability)."""
-    return q.is_cuda and not runtime.INTERPRETER and torch.version.hip is None
+def _cuda_gpu(q):
+    """``runtime.on_gpu`` of q's device (cached) for a compiled CUDA launch; None in the interpreter, on the CPU
+    and on ROCm (whose MI200/MI300 also report a 9.x capability)."""
+    return None if torch.version.hip is not None else runtime.on_gpu(q.device)
 
 
 def _try_gluon(q, k, v, o, lse, causal, sm_scale, key) -> bool:
@@ -543,9 +544,9 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     key = ("forward", seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, q.dtype)
-    if (config is None and group_major and _on_hopper_with_gluon(q)
-            and gluon_wanted(torch.cuda.get_device_capability(q.device), torch.cuda.get_device_name(q.device),
-                             triton.__version__, q.dtype, head_dim, seq_len, causal)
+    gpu = _cuda_gpu(q) if config is None and group_major else None
+    if (gpu is not None and gluon_wanted(gpu[1], gpu[3], triton.__version__, q.dtype, head_dim, seq_len,
+                                         causal)
             and _try_gluon(q, k, v, o, lse, causal, sm_scale, key)):
         last_path["kernel"] = "gluon"
         return _finish(o, lse, return_lse)

@@ -97,7 +97,8 @@ def _routed(monkeypatch):
 
 @needs_gluon
 @pytest.mark.skipif(not torch.cuda.is_available()
-                    or not any(c in torch.cuda.get_device_name() for c in fast_forward.GLUON_CARDS),
+                    or not fast_forward.gluon_wanted(9, torch.cuda.get_device_name(), triton.__version__,
+                                                     torch.bfloat16, 128, 1024, True),
                     reason=f"the route takes the Gluon kernel on {', '.join(fast_forward.GLUON_CARDS)} only")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("n", [1024, 8192])
