@@ -94,3 +94,13 @@ def test_no_measurement_is_named_for_a_round_of_work():
     rounds = re.compile(r"_(final|before|after|review|first|last|old|new|v\d+)(_|\.)")
     named = [row["file"] for row in results.index().values() if rounds.search(row["file"])]
     assert not named, f"name these for what they measured, not for when: {named}"
+
+
+@pytest.mark.parametrize("value, sign, shown", [
+    ("0.965", False, "0.97"), (0.965, False, "0.97"),  # Python's format gives 0.96: the float is 0.96499...
+    ("1.045", False, "1.05"), (0.955, False, "0.96"), ("0.964", False, "0.96"), ("1", False, "1.00"),
+    (round(0.941 - 0.846, 3), True, "+0.10"), (-0.005, True, "-0.01"), (0.0, True, "+0.00"),
+    (float("nan"), False, "nan"),
+])
+def test_two_rounds_a_measured_number_as_a_reader_of_its_csv_would(value, sign, shown):
+    assert results.two(value, sign=sign) == shown

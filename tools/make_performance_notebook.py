@@ -47,8 +47,9 @@ def explore_table(topic, kind="fwd", column="ratio"):
             for r in results.load(topic) if r.get("kind", "fwd") == kind}
 
 
-def span(values, fmt="{:.2f}"):
-    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+def span(values, fmt=None):
+    """The range of some measured numbers: two decimals rounded as a reader rounds (results.two), or ``fmt``."""
+    lo, hi = (fmt.format(v) if fmt else results.two(v) for v in (min(values), max(values)))
     return lo if lo == hi else f"{lo}–{hi}"
 
 
@@ -107,15 +108,15 @@ assert tiles_tf[("graded_128x128_w8_s3", 128, 16384)] < float(NUM["bound128"]), 
 first = {(int(r["head_dim"]), int(r["seq_len"])): float(r["ratio_to_sdpa_default"])
          for r in results.load("forward_first") if r["provider"] == "course_fast"}
 fast = explore_table("fast_forward_tiles")
-NUM["desc_first"], NUM["desc_host"] = f"{first[(64, 1024)]:.2f}", f"{fast[('fast_autotuned', 64, 1024)]:.2f}"
+NUM["desc_first"], NUM["desc_host"] = results.two(first[(64, 1024)]), results.two(fast[("fast_autotuned", 64, 1024)])
 ws = [fast[(f"fast_128x128_w8_s{s}_ws", 128, n)] / fast[(f"fast_128x128_w8_s{s}", 128, n)] - 1
       for s in (2, 3) for n in (1024, 4096, 16384)]
 assert min(ws) > -0.005, ws
 NUM["ws"] = span([100 * x for x in ws], "{:.0f}")
 sub = explore_table("fast_subtiles")
-NUM["sub256"] = f"{sub[('fast_256x64_w8_s3_sub2', 128, 16384)]:.2f}"
-NUM["plain128"] = f"{sub[('fast_128x128_w8_s3', 128, 16384)]:.2f}"
-NUM["sub128"] = f"{sub[('fast_128x64_w4_s3_sub2', 64, 16384)]:.2f}"
+NUM["sub256"] = results.two(sub[("fast_256x64_w8_s3_sub2", 128, 16384)])
+NUM["plain128"] = results.two(sub[("fast_128x128_w8_s3", 128, 16384)])
+NUM["sub128"] = results.two(sub[("fast_128x64_w4_s3_sub2", 64, 16384)])
 assert max(v for (p, dd, nn), v in sub.items() if dd == 128 and nn == 16384 and "sub2" not in p
            and p.startswith("fast_1")) == sub[("fast_128x128_w8_s3", 128, 16384)], "128x128 is the best plain tile"
 ws_sub = [sub[("fast_256x64_w8_s3_ws_sub2", dd, nn)] - sub[("fast_256x64_w8_s3_sub2", dd, nn)]
@@ -123,10 +124,10 @@ ws_sub = [sub[("fast_256x64_w8_s3_ws_sub2", dd, nn)] - sub[("fast_256x64_w8_s3_s
 assert sum(abs(x) < 0.005 for x in ws_sub) == 5, ws_sub
 NUM["ws_sub_loss"] = f"{-100 * min(ws_sub) / sub[('fast_256x64_w8_s3_sub2', 128, 16384)]:.0f}"
 lazy = explore_table("lazy_rescaling")
-NUM["early"] = f"{lazy[('fast_256x64_w8_s3_sub2', 128, 16384)]:.2f}"
-NUM["nosplit128"], NUM["nosplit64"] = (f"{lazy[('fast_256x64_w8_s3', dd, 16384)]:.2f}" for dd in (128, 64))
+NUM["early"] = results.two(lazy[("fast_256x64_w8_s3_sub2", 128, 16384)])
+NUM["nosplit128"], NUM["nosplit64"] = (results.two(lazy[("fast_256x64_w8_s3", dd, 16384)]) for dd in (128, 64))
 plain = ("fast_128x128_w8_s3", "fast_128x64_w8_s3")  # the best 128-row tiles of that run
-NUM["best128"], NUM["best64"] = (f"{max(lazy[(p, dd, 16384)] for p in plain):.2f}" for dd in (128, 64))
+NUM["best128"], NUM["best64"] = (results.two(max(lazy[(p, dd, 16384)] for p in plain)) for dd in (128, 64))
 
 
 def lazy_loss(names):
@@ -382,7 +383,7 @@ print(f"{'D':>4s} {'N':>6s}  {'fixed 128x64 w4':>15s}  {'best config':>22s}")
 for d in (64, 128):
     for n in (1024, 4096, 16384):
         best, one = best_and_fixed(graded_tiles, d, n)
-        print(f"{d:4d} {n:6d}  {float(one['ratio']):14.2f}x  {best['provider'][7:]:>16s} {float(best['ratio']):4.2f}x")
+        print(f"{d:4d} {n:6d}  {results.two(one['ratio']):>14s}x  {best['provider'][7:]:>16s} {results.two(best['ratio']):>4s}x")
 """))
 cells.append(md(r"""
 Two lessons. First, **8 warps** for a 128-row tile: with 4 warps each warp holds 32 rows of a
@@ -470,14 +471,14 @@ print(results.cite("forward_first"), "(column: fast, in-kernel desc.)")
 print(results.cite("fast_forward_tiles"), "(the other columns, and the table below)")
 print(f"{'D':>4s} {'N':>6s} {'graded':>8s} {'fast, in-kernel desc.':>22s} {'fast, host desc.':>17s}")
 for d, n in shapes:
-    print(f"{d:4d} {n:6d} {later[('graded_autotuned', d, n)]:8.2f} {first[(d, n)]:22.2f} "
-          f"{later[('fast_autotuned', d, n)]:17.2f}")
+    print(f"{d:4d} {n:6d} {results.two(later[('graded_autotuned', d, n)]):>8s} {results.two(first[(d, n)]):>22s} "
+          f"{results.two(later[('fast_autotuned', d, n)]):>17s}")
 
 print()
 names = sorted({p for p, d, n in later if p.startswith("fast_1")}, key=lambda p: (p.replace("_ws", ""), p))
 print(f"{'fast kernel, fixed tile':24s} " + " ".join(f"{f'D{d} N{n}':>11s}" for d, n in shapes))
 for p in names:
-    print(f"{p[5:]:24s} " + " ".join(f"{later.get((p, d, n), float('nan')):11.2f}" for d, n in shapes))
+    print(f"{p[5:]:24s} " + " ".join(f"{results.two(later.get((p, d, n), float('nan'))):>11s}" for d, n in shapes))
 """))
 cells.append(md(r"""
 Change 6, from <<file:fast_subtiles>> (a run of sub-tile shapes, with the first half leaving the
@@ -494,7 +495,7 @@ def fixed_tile_table(rows, names):
     print(f"{'fast kernel, fixed tile':28s} " + " ".join(f"{f'D{d} N{n}':>11s}" for d, n in shapes))
     for p in names:
         label = p[5:] if "sub2" in p or "lazy" in p else p[5:] + "_sub1"
-        print(f"{label:28s} " + " ".join(f"{ratio.get((p, d, n), float('nan')):11.2f}" for d, n in shapes))
+        print(f"{label:28s} " + " ".join(f"{results.two(ratio.get((p, d, n), float('nan'))):>11s}" for d, n in shapes))
 
 print(results.cite("fast_subtiles"))
 fixed_tile_table(subtiles, ["fast_128x128_w8_s3", "fast_128x64_w8_s3", "fast_64x64_w4_s3",

@@ -26,9 +26,10 @@ def hopper(topic, provider, d):
 
 
 def change(new, old, ns=None):
-    """new - old, N by N (all N, or those in ns), in signed hundredths."""
-    diffs = [new[n] - old[n] for n in sorted(new) if ns is None or n in ns]
-    lo, hi = f"{min(diffs):+.2f}", f"{max(diffs):+.2f}"
+    """new - old, N by N (all N, or those in ns), in signed hundredths (results.two: the ratios have three
+    decimals, so their differences are exact at three)."""
+    diffs = [round(new[n] - old[n], 3) for n in sorted(new) if ns is None or n in ns]
+    lo, hi = results.two(min(diffs), sign=True), results.two(max(diffs), sign=True)
     return lo if lo == hi else f"{lo} to {hi}"
 
 
@@ -47,9 +48,10 @@ assert min(hopper(rel, "gluon", 128)[n] - hopper(var, "gluon", 128)[n] for n in 
 long_n = {8192, 16384}  # where the fast kernel ran Triton's kernel in both runs
 assert not any(r["tiles"].startswith("gluon") for topic in (var, rel) for r in results.load(topic)
                if r["provider"] == "course_fast" and int(r["head_dim"]) == 128 and int(r["seq_len"]) in long_n)
-moved = [abs(hopper(rel, "course_fast", 128)[n] - hopper(var, "course_fast", 128)[n]) for n in long_n]
-NUM["triton_moved"] = f"{max(moved):.2f}"
-NUM["split64"] = f"{max(abs(new - hopper(var, 'gluon', 64)[n]) for n, new in hopper(rel, 'gluon', 64).items()):.2f}"
+moved = [abs(round(hopper(rel, "course_fast", 128)[n] - hopper(var, "course_fast", 128)[n], 3)) for n in long_n]
+NUM["triton_moved"] = results.two(max(moved))
+NUM["split64"] = results.two(max(abs(round(new - hopper(var, "gluon", 64)[n], 3))
+                                 for n, new in hopper(rel, "gluon", 64).items()))
 assert all(hopper(rel, "gluon", 64)[n] < hopper(rel, "course_fast", 64)[n] for n in (1024, 2048, 4096))
 route_rows = results.load("forward_main_h100_gluon_route")
 assert all(r["tiles"].startswith("gluon") == (int(r["head_dim"]) == 128) for r in route_rows
@@ -165,7 +167,7 @@ for d in (128, 64):
                 ratio, tiles = got[n]
                 gluon = provider == "course_fast" and tiles.startswith("gluon")
                 routed |= {tiles} if gluon else set()
-                line += f"{ratio:7.2f}" + ("*" if gluon else " ")
+                line += f"{results.two(ratio):>7s}" + ("*" if gluon else " ")
             print(f"{step if i == 0 else '':22s} {label:30s}{line}")
 print("\n* the fast kernel's route of that day ran the Gluon kernel there: " + "; ".join(sorted(routed)))
 """
@@ -213,7 +215,7 @@ for d in (64, 128):
     print(f"{d:8d} {'SDPA, TFLOP/s':14s}" + "".join(f"{float(at['sdpa_default', n]['tflops']):8.0f}"
                                               for n in seq_lens))
     for provider in ("course_graded", "course_fast"):
-        print(f"{'':8s} {provider:14s}" + "".join(f"{float(at[provider, n]['ratio_to_sdpa_default']):8.2f}"
+        print(f"{'':8s} {provider:14s}" + "".join(f"{results.two(at[provider, n]['ratio_to_sdpa_default']):>8s}"
                                               for n in seq_lens))
     ran = sorted({"Gluon" if at["course_fast", n]["tiles"].startswith("gluon") else "Triton" for n in seq_lens})
     print(f"{'':8s} course_fast ran the {' and the '.join(ran)} kernel")

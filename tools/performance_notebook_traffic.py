@@ -46,7 +46,7 @@ for d in (64, 128):
     assert abs(_f(hm, "dram_read_bytes") / minimum - 1) < 0.01, "the text says head_major reads Q, K, V once"
     ratios.append(_f(gm, "dram_read_bytes") / _f(hm, "dram_read_bytes"))
     NUM[f"r{d}"] = f"{ratios[-1]:.1f}"
-    NUM[f"t_gm{d}"], NUM[f"t_hm{d}"] = (f"{_f(r, 'ms'):.2f}" for r in (gm, hm))
+    NUM[f"t_gm{d}"], NUM[f"t_hm{d}"] = (results.two(r["ms"]) for r in (gm, hm))
     time_gaps.append(abs(_f(gm, "ms") / _f(hm, "ms") - 1))
     kv_head = 2 * N * d * 2  # one KV head's K and V, bf16
     NUM[f"kv_one{d}"], NUM[f"kv_all{d}"] = f"{kv_head / 1e6:.1f}", f"{HKV * kv_head / 1e6:.1f}"
@@ -281,7 +281,7 @@ print(f"\n{'D':>4s} {'order':12s} {'time (ms)':>9s} {'minimum':>8s} {'measured':
 for r in measured:
     d = int(r["head_dim"])
     cols = "".join(f"{model[(label, r['order'], d)] / 1e6:27.1f}" if model else f"{'-':>27s}" for label in settings)
-    print(f"{d:4d} {r['order']:12s} {float(r['ms']):9.2f} {pp.launch_read_minimum(r) / 1e6:8.1f} "
+    print(f"{d:4d} {r['order']:12s} {results.two(r['ms']):>9s} {pp.launch_read_minimum(r) / 1e6:8.1f} "
           f"{float(r['dram_read_bytes']) / 1e6:9.1f}{cols}")
 """
 

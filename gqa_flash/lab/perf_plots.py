@@ -17,6 +17,7 @@ import math
 from typing import NamedTuple
 
 from gqa_flash import layout
+from gqa_flash.lab import results
 
 DATA_DIR = layout.DATA_DIR
 
@@ -175,7 +176,7 @@ def ratio_table(rows, providers=("course_graded", "course_fast", "sdpa_flash", "
             vals = []
             for n in lens:
                 r = cells.get((p, d, n))
-                vals.append(f"{float(r[column]):8.2f}" if r and r["status"] == "ok" else f"{'-':>8s}")
+                vals.append(f"{results.two(r[column]):>8s}" if r and r["status"] == "ok" else f"{'-':>8s}")
             lines.append(f"{p:15s} {d:4d} " + " ".join(vals))
     return "\n".join(lines)
 
@@ -197,7 +198,8 @@ def case_table(rows, providers=("course_graded", "course_fast", "sdpa_flash")) -
         vals = []
         for p in providers:
             r = cells.get((label, n, p))
-            vals.append(f"{float(r['ratio_to_sdpa_default']):14.2f}" if r and r["status"] == "ok" else f"{'-':>14s}")
+            ok = r and r["status"] == "ok"
+            vals.append(f"{results.two(r['ratio_to_sdpa_default']):>14s}" if ok else f"{'-':>14s}")
         tf = f"{float(base['tflops']):13.0f}" if base and base["status"] == "ok" else f"{'-':>13s}"
         lines.append(f"{label:42s} {n:6d} {tf} " + " ".join(vals))
     return "\n".join(lines)

@@ -15,6 +15,7 @@ newer run replaces an older one by editing one line of an index::
     rows = results.load("forward_main")     # a CSV: its rows, as dicts of strings
     log = results.load("backward_dq_add")   # anything else: its path
     print(results.cite("forward_main"))     # which file, date and GPU the numbers come from
+    results.two(row["ratio_to_sdpa_default"])  # "0.965" -> "0.97": two decimals, as a reader rounds
 
 A folder that is not there (``bench/record/`` in the student edition) has no
 topics. Nothing here keeps state: every call reads the indexes again (a few lines each).
@@ -23,6 +24,8 @@ topics. Nothing here keeps state: every call reads the indexes again (a few line
 from __future__ import annotations
 
 import csv
+import math
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from gqa_flash import layout
@@ -126,3 +129,15 @@ def unindexed() -> list[str]:
         problems += [f"{file}: in {name} but in no topic of {name}/INDEX.csv" for file in sorted(present - listed)]
         problems += [f"{file}: in {name}/INDEX.csv but not in {name}" for file in sorted(listed - present)]
     return problems
+
+
+def two(value, sign: bool = False) -> str:
+    """A measured number (a CSV's string, or a float read from one) with two decimals, a half rounded
+    up, as a reader of the CSV rounds it: "0.965" reads 0.97, where Python's format gives 0.96 (the
+    float 0.965 is stored as 0.96499...). The CSVs write ratios with three decimals, so every ratio
+    the notebooks and docs quote goes through here. A difference of two such numbers should be
+    rounded to three decimals first (``round(a - b, 3)``). ``sign`` writes a plus sign too."""
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    d = Decimal(str(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return f"{d:+}" if sign else f"{d}"
