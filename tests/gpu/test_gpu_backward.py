@@ -101,13 +101,16 @@ def test_fast_kernels_second_call_launches_the_pick_on_gpu(d, seed):
     warps, stages and register cap is checked on the CPU (tests/test_fast_kernels.py)."""
     from gqa_flash.fast import forward as fast_forward
 
-    n = 1000 + d + seed % 7  # a length no other test used: the first call is the autotuner's
+    # A length no other test used (the first call is the autotuner's), below GLUON_MIN_SEQ_LEN: on an H100
+    # a causal call at head_dim 128 from 1k runs the Gluon kernel, which has no autotuner and no pick.
+    n = fast_forward.GLUON_MIN_SEQ_LEN - 100 + d // 4 + seed % 7
     q, k, v = random_qkv(1, 8, 2, n, d, dtype=torch.bfloat16, seed=seed, device="cuda")
     do = torch.randn(q.shape, device="cuda", dtype=q.dtype)
     key = ("forward", n, 8, 2, d, True, torch.bfloat16)
     runs = []
     for _ in range(2):
         o, lse = fast_forward.fast_attention_forward(q, k, v, return_lse=True)
+        assert fast_forward.last_path["kernel"] == "triton", "the Gluon route took this call: pick a shorter length"
         runs.append((o, lse, *fast_backward.fast_attention_backward(q, k, v, o, lse, do)))
         assert key in fast_forward._picks, "the forward's pick was not kept"
     for name, a, b in zip(["O", "LSE", "dQ", "dK", "dV"], *runs):
