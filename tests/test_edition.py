@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from gqa_flash import layout
-from gqa_flash.grader import edition, release
+from gqa_flash.grader import edition, grade, release, sandbox
+from gqa_flash.grader.testrun import Limits
 from gqa_flash.lab import results
 
 COURSE = layout.COURSE_DIR
@@ -261,6 +262,31 @@ def test_stubs_score_zero_and_the_solutions_score_full_marks(student_edition, tm
     out, total, bonus = _graded_run(solved)
     assert bonus and all(got == full for got, full in bonus.values()), (bonus, out[-3000:])
     assert total == 100 + sum(full for _, full in bonus.values()), out[-3000:]  # the total counts the bonus
+
+
+@pytest.mark.timeout(600)
+def test_a_zip_without_a_graded_file_is_graded_with_its_stub_not_the_students_copy(student_edition, tmp_path):
+    """In a student's edition the package's graded files are the student's own. A zip that lacks naive.py,
+    graded there (``make grade ARGS=x.zip``: "exactly as your instructor will"), must be graded with the stub,
+    as the instructor's grader grades it: it once got the student's finished naive.py and its points."""
+    dest, _ = student_edition
+    course = tmp_path / "edition"
+    shutil.copytree(dest / "gqa_flash", course / "gqa_flash", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(dest / "tests", course / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(dest / "pyproject.toml", course / "pyproject.toml")
+    shutil.copy2(SOLUTIONS / "naive.py", course / "gqa_flash" / "naive.py")  # the student finished naive.py
+    snapshot = sandbox.snapshot(course)
+    stubs = release.plan(SOLUTIONS, Path("gqa_flash"))
+    for path, text in stubs.items():
+        assert snapshot.files[path.as_posix()] == text.encode(), f"{path.name}: the grader's copy is not the stub"
+
+    submitted = tmp_path / "submitted"  # online_softmax.py, not started; no naive.py
+    submitted.mkdir()
+    (submitted / "online_softmax.py").write_text(stubs[Path("gqa_flash/online_softmax.py")])
+    report = grade.grade(submitted, course=snapshot, only={"naive", "online_softmax"},
+                         limits=Limits(submission_s=300), workdir=tmp_path)
+    assert report.part_score("naive")[0] == 0 and report.score == 0, grade.table(report)
+    assert any("missing naive.py: graded as the unmodified stub" in note for note in report.notes), report.notes
 
 
 @pytest.mark.timeout(300)

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gqa_flash import layout
-from gqa_flash.grader import grade, release
+from gqa_flash.grader import grade, release, sandbox
 
 COURSE_DIR = layout.COURSE_DIR
 
@@ -205,6 +205,7 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
     stubs = release.plan(course_dir / "solutions", Path("gqa_flash"))
     files.update({p.as_posix(): text.encode() for p, text in stubs.items()})
     files[grade.STUB_PRINTS] = grade.stub_manifest(course_dir)  # how the graded run tells a module not started
+    files[sandbox.STUB_SOURCES] = sandbox.stub_sources_manifest(stubs)  # what it grades for a file a zip lacks
     files["README.md"] = student_readme(course_dir).encode()
     files["Makefile"] = MAKEFILE.encode()
     files[".ci/run"] = CI_RUN.encode()

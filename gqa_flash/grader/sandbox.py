@@ -11,9 +11,11 @@ the next run nor for the next submission; :func:`tampered` says what it
 touched, so the instructor hears about it.
 
 The copy never holds ``solutions/``: a missing graded file gets the stub
-``python -m gqa_flash.grader.release`` would write. In the student edition or a
-Gradescope bundle, where there is no ``solutions/`` folder, the package's own
-graded files are the stubs.
+``python -m gqa_flash.grader.release`` would write. The student edition has no
+``solutions/`` and its package's graded files are the student's own, so it
+carries the stubs in ``STUB_SOURCES`` (a zip without forward.py, graded there,
+once got the student's finished forward.py in its place and full marks). In a
+Gradescope bundle the package's own graded files are the stubs.
 
 Nor does the graded process learn where the course is: it runs in the copy,
 from an environment with no variable that leads back to the course
@@ -24,6 +26,7 @@ inherits ``PWD``; a submission once found ``solutions/forward.py`` through it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -40,6 +43,7 @@ from gqa_flash.layout import COURSE_DIR, GRADED_FILES
 BONUS_PARTS = layout.BONUS_MODULES
 HIDDEN_DIR = "tests/extra"  # where an instructor's extra tests go in the copy
 MAX_TEST_FILE_BYTES = 1 << 20  # per test file (an extra test is code, not a data set)
+STUB_SOURCES = "tests/graded/stub_sources.json"  # {graded file: its stub}, written with the student edition
 
 
 @dataclass(frozen=True)
@@ -64,13 +68,30 @@ def _stubs(course_dir: Path) -> dict[str, bytes]:
 
         plan = release.plan(solutions, Path("gqa_flash"))
         stubs = {p.as_posix(): text.encode() for p, text in plan.items()}
-    else:  # a release without solutions: its graded files are the stubs
-        stubs = {}
+    else:  # the student edition: the stubs it was written with; a Gradescope bundle: none, its files are the stubs
+        stubs = read_stub_sources(course_dir)
     for name in GRADED_FILES:
         key = f"gqa_flash/{name}"
         if key not in stubs and (course_dir / key).is_file():
             stubs[key] = (course_dir / key).read_bytes()
     return stubs
+
+
+def stub_sources_manifest(stubs: Mapping[Path, str]) -> bytes:
+    """STUB_SOURCES's content: {graded file's name: its stub's text}, from ``release.plan``'s {path: text}."""
+    return (json.dumps({p.name: text for p, text in sorted(stubs.items())}, indent=1, sort_keys=True) + "\n").encode()
+
+
+def read_stub_sources(course_dir: Path) -> dict[str, bytes]:
+    """The stubs in course_dir's STUB_SOURCES, keyed gqa_flash/<name>; {} where there is none or it is unreadable."""
+    try:
+        sources = json.loads((course_dir / STUB_SOURCES).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(sources, dict):
+        return {}
+    return {f"gqa_flash/{name}": text.encode() for name, text in sources.items()
+            if name in GRADED_FILES and isinstance(text, str)}
 
 
 def read_tree(root: Path, prefix: str) -> dict[str, bytes]:
