@@ -298,6 +298,7 @@ def test_a_pytorch_forward_loses_all_the_forward_points(graded):
     report, _ = graded["cheats"]
     assert points(report, "forward") == 0
     assert any("must compute attention in the Triton kernel" in m for m in messages(report, "forward"))
+    assert "PyTorch in place of the kernel" in grade.review(report), grade.review(report)  # the CSV's review column
 
 
 def test_a_pytorch_forward_without_matmul_loses_the_forward_points(graded):

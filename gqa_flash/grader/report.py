@@ -106,10 +106,16 @@ RENAMED = re.compile(r"\bas (?:\S+/)?(?:naive|online_softmax|tiled|forward|backw
 PLATFORM_ONLY = re.compile(r"\(a \w+ download name(?:, -\d+ marking a re-submission)?\)$")
 
 
+# How a kernel test's failure reads when the graded path computed attention with PyTorch (gqa_flash.testing's
+# KernelOnlyViolation): no integrity flag (the points are lost anyway), but worth a look.
+KERNEL_ONLY = "must compute attention in the Triton kernel"
+
+
 def review(report: Report) -> str:
     """Why a person should look at this row, in a few words ('' if nothing): the grade may not be the whole
     story. A stop note (nothing to grade), a grader failure, a required part scored 0 because its file was not
-    found, a file graded under another name or ignored for a near-miss one, an integrity flag, tampering.
+    found, a file graded under another name or ignored for a near-miss one, an integrity flag, PyTorch in
+    place of the kernel, tampering.
     A bulk download's platform names (garciajose_12345_678901_naive.py, split from canvas.zip) are how its files
     arrive: not a rename worth a look, unless the name the student gave is one too (..._l_single_naive.py)."""
     if report.stop:
@@ -131,6 +137,8 @@ def review(report: Report) -> str:
         reasons.append(f"integrity: {scored} part{'s' * (scored != 1)} scored 0")
     if len(report.integrity) > scored:
         reasons.append("integrity: code worth a look")
+    if any(not t.passed and KERNEL_ONLY in t.message for t in report.tests):  # testing.kernel_only's refusal
+        reasons.append("PyTorch in place of the kernel")
     if any("by hand" in n for n in report.notes):
         reasons.append("it modified the course copy")
     return "; ".join(reasons)
