@@ -57,8 +57,31 @@ def test_forward_gqa_heads(seed, case):
     # GQA 8:2 and 6:3 (odd groups), MQA 4:1, MHA 2:2. Each KV head's values are shifted by its
     # index: a program that reads the wrong KV head writes visibly wrong rows.
     n_q_heads, n_kv_heads, batch, seq_len, head_dim, dtype, layout, v_layout = case
-    check(seed, dtype=dtype, layout=layout, v_layout=v_layout, batch=batch, n_q_heads=n_q_heads,
-          n_kv_heads=n_kv_heads, seq_len=seq_len, head_dim=head_dim)
+    qkv = random_qkv(dtype=dtype, layout=layout, v_layout=v_layout, seed=seed, batch=batch, n_q_heads=n_q_heads,
+                     n_kv_heads=n_kv_heads, seq_len=seq_len, head_dim=head_dim)
+    try:
+        check(seed, qkv=qkv, dtype=dtype, layout=layout, v_layout=v_layout)
+    except AssertionError as failure:
+        raise AssertionError(f"{_kv_heads_read(*qkv)}{failure}") from None
+
+
+def _kv_heads_read(q, k, v) -> str:
+    """After a failure: the query heads whose rows are attention over another KV head than their own, named first
+    (the report keeps a failure's first line)."""
+    from gqa_flash.reference import reference_attention
+
+    out = gqa_flash.flash_attention_forward(q, k, v, causal=True)
+    group = q.shape[1] // k.shape[1]
+    wrong = []
+    for h in range(q.shape[1]):
+        for j in range(k.shape[1]):
+            ref, _ = reference_attention(q[:, h:h + 1], k[:, j:j + 1], v[:, j:j + 1], causal=True)
+            if j != h // group and testing.mismatch("O", out[:, h:h + 1], ref, **testing.TOLERANCES[q.dtype]) is None:
+                wrong.append(f"{h} read {j}")
+    if not wrong:
+        return ""
+    return (f"wrong KV head: query head {', '.join(wrong)}; {k.shape[1]} KV heads each serve {group} neighbouring "
+            f"query heads (0-{group - 1} share KV head 0). ")
 
 
 LAYOUT_CASES = [  # (Q and K's layout, V's layout, dtype, batch, N)
