@@ -223,7 +223,9 @@ class Mismatch:
         )
         if self.all_nan:
             text += ("; every entry is NaN: was anything written? (in the interpreter outputs start as NaN, "
-                     "so a placeholder left in place, or a store that never runs, shows this way)")
+                     "so a placeholder left in place, or a store that never runs, shows this way) Or was 0 "
+                     "divided by 0 in every row? A row whose every key is masked out (with one token, a causal "
+                     "mask that hides a row's own key) sums no weight")
         return text
 
 
