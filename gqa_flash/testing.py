@@ -214,12 +214,15 @@ class Mismatch:
     total: int
     labels: tuple = ("batch", "head", "row", "col")
     all_nan: bool = False  # every entry NaN: on the CPU, an output nothing was written to
+    nans: int = 0  # entries that are NaN (their error counts as infinite)
 
     def __str__(self) -> str:
         where = ", ".join(f"{name} {i}" for name, i in zip(self.labels, self.index))
         text = (
             f"{self.what}: first wrong at {where}: got {self.got:.6g}, expected {self.expected:.6g} "
-            f"({self.wrong} of {self.total} entries wrong, max |error| {self.max_error:.3g})"
+            f"({self.wrong} of {self.total} entries wrong"
+            + (f", {self.nans} of them NaN" if 0 < self.nans < self.total else "")
+            + f", max |error| {self.max_error:.3g})"
         )
         if self.all_nan:
             text += ("; every entry is NaN: was anything written? (in the interpreter outputs start as NaN, "
@@ -259,6 +262,7 @@ def mismatch(what, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col
         total=bad.numel(),
         labels=labels,
         all_nan=bool(torch.isnan(got).all()),
+        nans=int(torch.isnan(got).sum()),
     )
 
 
