@@ -62,6 +62,8 @@ def test_forward_gqa_heads(seed, case):
     try:
         check(seed, qkv=qkv, dtype=dtype, layout=layout, v_layout=v_layout)
     except AssertionError as failure:
+        if type(failure) is not AssertionError:  # the kernel-only, address or integrity guard's verdict, as it is
+            raise
         raise AssertionError(f"{_kv_heads_read(*qkv)}{failure}") from None
 
 
@@ -70,7 +72,10 @@ def _kv_heads_read(q, k, v) -> str:
     (the report keeps a failure's first line)."""
     from gqa_flash.reference import reference_attention
 
-    out = gqa_flash.flash_attention_forward(q, k, v, causal=True)
+    try:
+        out = gqa_flash.flash_attention_forward(q, k, v, causal=True)
+    except Exception:  # noqa: BLE001 - a diagnosis only: the failure it would add to stands on its own
+        return ""
     group = q.shape[1] // k.shape[1]
     wrong = []
     for h in range(q.shape[1]):
