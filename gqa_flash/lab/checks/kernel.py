@@ -239,7 +239,8 @@ def why_not_run_forward():
 
 
 def _not_run(verdict) -> str:
-    return (f"the whole kernel is not run until {verdict.what} passes: it computes addresses, and a wrong "
+    return (f"the whole kernel is not run until {verdict.what} passes: that part computes addresses, and while "
+            "its check fails a wrong one is not ruled out, whatever its mistake is (its own message says); a wrong "
             "address can read or write outside the tensors (on a CPU that can crash Python)")
 
 
