@@ -19,13 +19,10 @@ from gqa_flash.lab import results
 
 problems = results.unindexed()
 assert not problems, "notebooks/data and INDEX.csv disagree:\n" + "\n".join(problems)
-BWD = {(r["provider"], int(r["head_dim"]), int(r["seq_len"])): float(r["tflops"])
-       for r in results.load("backward_dq_modes")}
+DQ_MODES = results.load("backward_dq_modes")
+BWD = {(r["provider"], int(r["head_dim"]), int(r["seq_len"])): float(r["tflops"]) for r in DQ_MODES}
+RATIO = {(r["provider"], int(r["head_dim"]), int(r["seq_len"])): float(r["ratio_to_sdpa"]) for r in DQ_MODES}
 SHAPES = sorted({(d, n) for _, d, n in BWD})
-
-
-RATIO = {(r["provider"], int(r["head_dim"]), int(r["seq_len"])): float(r["ratio_to_sdpa"])
-         for r in results.load("backward_dq_modes")}
 
 
 def ratio(provider, d, n):
@@ -33,24 +30,18 @@ def ratio(provider, d, n):
     return RATIO[(provider, d, n)]
 
 
-def span(values, fmt=None):
-    """The range of some measured numbers: two decimals rounded as a reader rounds (results.two), or ``fmt``."""
-    lo, hi = (fmt.format(v) if fmt else results.two(v) for v in (min(values), max(values)))
-    return lo if lo == hi else f"{lo}–{hi}"
-
-
 LONG = [(d, n) for d, n in SHAPES if n >= 4096]
 NUM = dict(
     file=f"`{results.path('backward_dq_modes').name}`",
     dq_file=f"`{results.path('backward_dq_add').name}`",
     g64_1k=results.two(ratio("graded", 64, 1024)), g128_1k=results.two(ratio("graded", 128, 1024)),
-    g_long=span([ratio("graded", d, n) for d, n in LONG]),
-    g_long_tf=span([BWD[("graded", d, n)] for d, n in LONG], "{:.0f}"),
-    sdpa_long_tf=span([BWD[("sdpa_default", d, n)] for d, n in LONG], "{:.0f}"),
-    a128=span([ratio("fast_atomic", 128, n) for n in (1024, 4096, 16384)]),
+    g_long=results.span([ratio("graded", d, n) for d, n in LONG]),
+    g_long_tf=results.span([BWD[("graded", d, n)] for d, n in LONG], "{:.0f}"),
+    sdpa_long_tf=results.span([BWD[("sdpa_default", d, n)] for d, n in LONG], "{:.0f}"),
+    a128=results.span([ratio("fast_atomic", 128, n) for n in (1024, 4096, 16384)]),
     a64_16k=results.two(ratio("fast_atomic", 64, 16384)),
-    s64_long=span([ratio("fast_separate", 64, n) for n in (4096, 16384)]),
-    s128_long=span([ratio("fast_separate", 128, n) for n in (4096, 16384)]),
+    s64_long=results.span([ratio("fast_separate", 64, n) for n in (4096, 16384)]),
+    s128_long=results.span([ratio("fast_separate", 128, n) for n in (4096, 16384)]),
     s64_1k=results.two(ratio("fast_separate", 64, 1024)), s128_1k=results.two(ratio("fast_separate", 128, 1024)),
 )
 # The words below: one pass (atomics) loses to the graded kernel at 128 and is ahead at 64 from 4k; two passes
@@ -65,7 +56,7 @@ for line in results.load("backward_dq_add").read_text().splitlines():
     parts = line.split()
     if "TFLOP/s" in parts and parts[5].startswith("fast_64x128_w8_s2_"):
         dq[(parts[5].rsplit("_", 1)[1], int(parts[2]), int(parts[4]))] = float(parts[8])
-NUM["bulk_loss"] = span([100 * (1 - dq[("bulk", 64, n)] / dq[("atomic", 64, n)]) for n in (1024, 4096, 16384)], "{:.0f}")
+NUM["bulk_loss"] = results.span([100 * (1 - dq[("bulk", 64, n)] / dq[("atomic", 64, n)]) for n in (1024, 4096, 16384)], "{:.0f}")
 oor = next(line for line in results.load("backward_dq_add").read_text().splitlines()
            if "fast_64x128_w8_s2_bulk: OutOfResources" in line and "d=128" in line)
 NUM["smem_need"], NUM["smem_max"] = (f"{int(oor.split(key)[1].split(',')[0].split('.')[0]):,}"
@@ -87,11 +78,11 @@ def pass_rate(d, n, kernel, products):
 SPLIT_LONG = [(d, n) for d, n in SPLIT_SHAPES if n >= 4096]
 NUM.update(
     split_file=f"`{results.path('backward_split').name}`",
-    kv_rate=span([pass_rate(d, n, "_fast_backward_kernel", 4) for d, n in SPLIT_LONG], "{:.0f}"),
-    dq_rate=span([pass_rate(d, n, "_fast_dq_kernel", 3) for d, n in SPLIT_LONG], "{:.0f}"),
-    sdpa_rate=span([2.5 * 4 * (16384 // n) * 32 * n * n * d / 2 / SPLIT[(d, n, "sdpa_default")] * 1e-9
+    kv_rate=results.span([pass_rate(d, n, "_fast_backward_kernel", 4) for d, n in SPLIT_LONG], "{:.0f}"),
+    dq_rate=results.span([pass_rate(d, n, "_fast_dq_kernel", 3) for d, n in SPLIT_LONG], "{:.0f}"),
+    sdpa_rate=results.span([2.5 * 4 * (16384 // n) * 32 * n * n * d / 2 / SPLIT[(d, n, "sdpa_default")] * 1e-9
                     for d, n in SPLIT_LONG], "{:.0f}"),
-    kv_share=span([100 * SPLIT[(d, n, "_fast_backward_kernel")] / sum(
+    kv_share=results.span([100 * SPLIT[(d, n, "_fast_backward_kernel")] / sum(
         SPLIT[(d, n, k)] for k in ("_fast_backward_kernel", "_fast_dq_kernel", "_delta_kernel"))
         for d, n in SPLIT_SHAPES], "{:.0f}"),
 )
@@ -138,7 +129,7 @@ NUM.update(
     train_digits=FIRST["digits"], train_dim=FIRST["model_dim"], agree_step=str(STEPS[agree]),
     same_step=str(STEPS[same]), same_seq=f"{_column('sdpa', 'sequence_accuracy')[same]:.3f}",
     part_step=str(STEPS[agree + 1]),
-    part_loss=span([_column(p, "train_loss")[agree + 1] for p in CURVES], "{:.3f}"),
+    part_loss=results.span([_column(p, "train_loss")[agree + 1] for p in CURVES], "{:.3f}"),
     final_sdpa=f"{final['sdpa']:.3f}", final_graded=f"{final['course_graded']:.3f}",
     final_fast=f"{final['course_fast']:.3f}", best_min=f"{min(best.values()):.3f}",
     dip_who={"sdpa": "SDPA's", "course_graded": "the graded kernels'", "course_fast": "the fast kernels'"}[dip],

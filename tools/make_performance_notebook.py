@@ -47,25 +47,19 @@ def explore_table(topic, kind="fwd", column="ratio"):
             for r in results.load(topic) if r.get("kind", "fwd") == kind}
 
 
-def span(values, fmt=None):
-    """The range of some measured numbers: two decimals rounded as a reader rounds (results.two), or ``fmt``."""
-    lo, hi = (fmt.format(v) if fmt else results.two(v) for v in (min(values), max(values)))
-    return lo if lo == hi else f"{lo}–{hi}"
-
-
 # The numbers the narrative quotes, each from the topic named beside it.
 NUM = {}
 main = "forward_main"
-NUM["g64"], NUM["g128"] = (span(bench_values(main, "course_graded", d)) for d in (64, 128))
-NUM["f64"], NUM["f128"] = (span(bench_values(main, "course_fast", d)) for d in (64, 128))
-NUM["f4k"], NUM["f16k"] = (span(bench_values(main, "course_fast", n=n)) for n in (4096, 16384))
-NUM["shipped16k"] = span(bench_values("forward_main_fast_shipped", "course_fast", n=16384))
-NUM["cudnn"] = span(bench_values(main, "sdpa_cudnn"))
-NUM["fa2"] = span(bench_values(main, "sdpa_flash"))
+NUM["g64"], NUM["g128"] = (results.span(bench_values(main, "course_graded", d)) for d in (64, 128))
+NUM["f64"], NUM["f128"] = (results.span(bench_values(main, "course_fast", d)) for d in (64, 128))
+NUM["f4k"], NUM["f16k"] = (results.span(bench_values(main, "course_fast", n=n)) for n in (4096, 16384))
+NUM["shipped16k"] = results.span(bench_values("forward_main_fast_shipped", "course_fast", n=16384))
+NUM["cudnn"] = results.span(bench_values(main, "sdpa_cudnn"))
+NUM["fa2"] = results.span(bench_values(main, "sdpa_flash"))
 (sdpa128,) = bench_values(main, "sdpa_default", 128, 16384, "tflops")
 NUM["sdpa128"] = f"{sdpa128:.0f}"
 graded, flash, flex = (bench_values(main, p) for p in ("course_graded", "sdpa_flash", "flex"))
-NUM["g_vs_fa2"] = span([g / f for g, f in zip(graded, flash)], "{:.1f}")
+NUM["g_vs_fa2"] = results.span([g / f for g, f in zip(graded, flash)], "{:.1f}")
 assert all(g > x for g, x in zip(graded, flex)), "the text says the graded kernel beats FlexAttention everywhere"
 assert float(NUM["f16k"].split("–")[0]) >= 0.97, "the text says the fast kernel is level with cuDNN at 16k"
 
@@ -77,13 +71,13 @@ def other_ratio(provider, n, **case):
             and int(r["seq_len"]) == n and all(str(r[k]) == str(v) for k, v in case.items())]
 
 
-NUM["mqa"] = span(other_ratio("course_fast", 4096, kv_heads=1) + other_ratio("course_fast", 16384, kv_heads=1))
-NUM["fp16"] = span(other_ratio("course_fast", 16384, dtype="float16"))
-NUM["d96"] = span(other_ratio("course_fast", 16384, head_dim=96))
-NUM["mha4k"] = span(other_ratio("course_fast", 4096, kv_heads=32))
-NUM["noncausal"] = span(other_ratio("course_fast", 4096, causal=False) + other_ratio("course_fast", 16384, causal=False))
-NUM["d256"] = span(other_ratio("course_fast", 4096, head_dim=256) + other_ratio("course_fast", 16384, head_dim=256))
-NUM["sdpa_d96"] = span([float(r["tflops"]) for r in other_rows if r["provider"] == "sdpa_default"
+NUM["mqa"] = results.span(other_ratio("course_fast", 4096, kv_heads=1) + other_ratio("course_fast", 16384, kv_heads=1))
+NUM["fp16"] = results.span(other_ratio("course_fast", 16384, dtype="float16"))
+NUM["d96"] = results.span(other_ratio("course_fast", 16384, head_dim=96))
+NUM["mha4k"] = results.span(other_ratio("course_fast", 4096, kv_heads=32))
+NUM["noncausal"] = results.span(other_ratio("course_fast", 4096, causal=False) + other_ratio("course_fast", 16384, causal=False))
+NUM["d256"] = results.span(other_ratio("course_fast", 4096, head_dim=256) + other_ratio("course_fast", 16384, head_dim=256))
+NUM["sdpa_d96"] = results.span([float(r["tflops"]) for r in other_rows if r["provider"] == "sdpa_default"
                         and r["head_dim"] == "96"], "{:.0f}")
 
 memory = {(r["provider"], int(r["seq_len"])): r for r in results.load("memory")}
@@ -94,7 +88,7 @@ env = results.load("environment").read_text().splitlines()[1]  # "NVIDIA H200, d
 NUM["h200_mib"] = f"{int(env.split(',')[-1].split()[0]):,}"
 
 tiles = explore_table("graded_tiles")
-NUM["w4_128"] = span([tiles[("graded_128x64_w4_s3", 128, n)] for n in (1024, 4096, 16384)])
+NUM["w4_128"] = results.span([tiles[("graded_128x64_w4_s3", 128, n)] for n in (1024, 4096, 16384)])
 tiles_tf = explore_table("graded_tiles", column="tflops")
 NUM["t64_tflops"] = f"{tiles_tf[('graded_64x64_w4_s3', 128, 16384)]:.0f}"
 b, hq, hkv, n, d = 1, 32, 8, 16384, 128
@@ -112,7 +106,7 @@ NUM["desc_first"], NUM["desc_host"] = results.two(first[(64, 1024)]), results.tw
 ws = [fast[(f"fast_128x128_w8_s{s}_ws", 128, n)] / fast[(f"fast_128x128_w8_s{s}", 128, n)] - 1
       for s in (2, 3) for n in (1024, 4096, 16384)]
 assert min(ws) > -0.005, ws
-NUM["ws"] = span([100 * x for x in ws], "{:.0f}")
+NUM["ws"] = results.span([100 * x for x in ws], "{:.0f}")
 sub = explore_table("fast_subtiles")
 NUM["sub256"] = results.two(sub[("fast_256x64_w8_s3_sub2", 128, 16384)])
 NUM["plain128"] = results.two(sub[("fast_128x128_w8_s3", 128, 16384)])
@@ -131,7 +125,7 @@ NUM["best128"], NUM["best64"] = (results.two(max(lazy[(p, dd, 16384)] for p in p
 
 
 def lazy_loss(names):
-    return span([100 * (1 - lazy[(p + "_lazy", dd, nn)] / lazy[(p, dd, nn)])
+    return results.span([100 * (1 - lazy[(p + "_lazy", dd, nn)] / lazy[(p, dd, nn)])
                  for p in names for dd in (64, 128) for nn in (1024, 4096, 16384)], "{:.0f}")
 
 

@@ -34,11 +34,6 @@ assert SHAPES == [(64, 1024), (64, 4096), (128, 1024), (128, 4096)], "the text s
 change = {(t, d, n): 100 * (ratio[(t + "_merged", d, n)] / ratio[(t, d, n)] - 1) for t in TILES for d, n in SHAPES}
 
 
-def span(values, fmt="{:.0f}"):
-    lo, hi = fmt.format(min(values)), fmt.format(max(values))
-    return lo if lo == hi else f"{lo}–{hi}"
-
-
 def losses(tiles, ns=(1024, 4096)):
     """The merged loop's losses, in percent, at these tiles and lengths (both head dims)."""
     return [-change[(t, d, n)] for t in tiles for d, n in SHAPES if n in ns]
@@ -47,12 +42,12 @@ def losses(tiles, ns=(1024, 4096)):
 subtiled, plain = TILES[:3], TILES[3:]
 assert min(losses(subtiled)) > 2, "the text says every sub-tiled tile lost, by more than the ±2% predicted"
 NUM["slower"], NUM["pairs"] = str(len(losses(subtiled))), str(len(change))
-NUM["loss256"], NUM["loss128"] = span(losses(subtiled[:1])), span(losses(subtiled[1:]))
-NUM["loss1k"], NUM["loss4k"] = span(losses(subtiled, (1024,))), span(losses(subtiled, (4096,)))
+NUM["loss256"], NUM["loss128"] = results.span(losses(subtiled[:1]), "{:.0f}"), results.span(losses(subtiled[1:]), "{:.0f}")
+NUM["loss1k"], NUM["loss4k"] = results.span(losses(subtiled, (1024,)), "{:.0f}"), results.span(losses(subtiled, (4096,)), "{:.0f}")
 assert all(change[(t, d, 4096)] < change[(t, d, 1024)] for t in subtiled for d in (64, 128)), \
     "the text says each sub-tiled tile lost more at 4k than at 1k"
 assert all(change[(t, d, 1024)] > 1.5 for t in plain for d in (64, 128)), "the text says 64x64 gained at 1k"
-NUM["gain64"] = span([change[(t, d, 1024)] for t in plain for d in (64, 128)])
+NUM["gain64"] = results.span([change[(t, d, 1024)] for t in plain for d in (64, 128)], "{:.0f}")
 NUM["flat64"] = f"{max(abs(change[(t, d, 4096)]) for t in plain for d in (64, 128)):.1f}"
 assert float(NUM["flat64"]) <= 0.5, "the text says 64x64 moved by at most half a percent at 4k"
 

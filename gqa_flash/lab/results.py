@@ -141,3 +141,10 @@ def two(value, sign: bool = False) -> str:
         return "nan"
     d = Decimal(str(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
     return f"{d:+}" if sign else f"{d}"
+
+
+def span(values, fmt: str | None = None) -> str:
+    """The range of some measured numbers, "lo–hi" (one number when both ends read alike): each end with
+    :func:`two`, or with ``fmt`` (a format such as "{:.0f}") for numbers that are not ratios."""
+    lo, hi = (fmt.format(v) if fmt else two(v) for v in (min(values), max(values)))
+    return lo if lo == hi else f"{lo}–{hi}"
