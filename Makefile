@@ -30,6 +30,7 @@ test-lint: setup
 BROWSER_NOTEBOOKS ?= 00_setup_and_map,04_triton_kernel
 test-pytest: setup
 	VENV=$(VENV) bash tests/browser/install.sh
+	bash tests/install_bubblewrap.sh
 	GQA_FLASH_IMPL=solutions GQA_FLASH_BROWSER_NOTEBOOKS=$(BROWSER_NOTEBOOKS) \
 	  $(BIN)/python -m pytest tests -n $(WORKERS) --dist loadfile
 

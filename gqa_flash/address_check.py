@@ -54,6 +54,7 @@ class _Launch:
         self.spans = []  # (start, end, argument name)
         for arg_name, value in named.items():
             for t in value if isinstance(value, (tuple, list)) else (value,):
+                t = getattr(t, "base", t) if not isinstance(t, torch.Tensor) else t  # a host TensorDescriptor's
                 if isinstance(t, torch.Tensor):
                     span = _span(t)
                     if span is not None:
@@ -150,16 +151,18 @@ class checked_addresses:
                     guard._launches.pop()
             return checked
 
+        # Keywords pass through: a tensor descriptor's load calls these with cache_policy= (an honest kernel that
+        # uses TensorDescriptor or tl.make_tensor_descriptor must not fail on the check's own signature).
         def load(original):
-            def checked(builder, ptrs, mask, other, *args):
+            def checked(builder, ptrs, mask, other, *args, **kwargs):
                 guard._check("load", ptrs, mask)
-                return original(builder, ptrs, mask, other, *args)
+                return original(builder, ptrs, mask, other, *args, **kwargs)
             return checked
 
         def store(original):
-            def checked(builder, ptrs, value, mask, *args):
+            def checked(builder, ptrs, value, mask, *args, **kwargs):
                 guard._check("store", ptrs, mask)
-                return original(builder, ptrs, value, mask, *args)
+                return original(builder, ptrs, value, mask, *args, **kwargs)
             return checked
 
         def atomic_rmw(original):

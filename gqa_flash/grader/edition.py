@@ -67,6 +67,7 @@ LEFT_OUT = (
     "bench/explore_", "bench/tile_sweep.sh",  # exploration scripts that load the solutions by name, and their runner
     "bench/probe_", "bench/register_report.py",  # probes: one-off timings and compile reports behind bench/RESULTS.md
     "bench/record/",  # the instructor's record: measurements no notebook reads (gqa_flash.lab.results)
+    "bench/grading_times.py",  # times the grader on submissions written from solutions/
     "bench/out/",  # results of the bench scripts run here (git ignores them)
 )
 # The course's own checks that need no solutions: the edition's `make test` runs them.

@@ -59,9 +59,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
-import io
-import json
 import os
 import signal
 import unicodedata
@@ -69,16 +66,17 @@ import sys
 import tempfile
 import threading
 import time
-import tokenize
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gqa_flash import layout
-from gqa_flash.grader import downloads, gradescope, sandbox, submission, testrun
-from gqa_flash.grader.report import (NOT_GRADED, NOT_STARTED, GradeBook, Progress, batch_summary, integrity_lines,
+from gqa_flash.grader import downloads, gate, gradescope, isolation, sandbox, submission, testrun
+from gqa_flash.grader.report import (NOT_GRADED, GradeBook, Progress, batch_summary, integrity_lines,
                                      num, part_name, progress_line, results_names, review, stem, table, total,
                                      verdict, write_json)
+from gqa_flash.grader.started import (STUB_PRINTS, code_fingerprint, mark_not_started, not_started,  # noqa: F401
+                                      stub_fingerprints, stub_manifest)  # re-exported: conftest, handin, edition...
 from gqa_flash.grader.testrun import Limits, TestResult
 
 __all__ = ["GradeBook", "Report", "grade", "grade_batch", "main", "table"]
@@ -109,6 +107,9 @@ class Report:
     # The platform ("Canvas") when this is one student's files of a bulk download (downloads.Piece): its
     # download names are then how the files arrive, not a rename worth a second look.
     platform: str | None = None
+    # How the executor ran the student's code: "bwrap", "user" or "none" (gqa_flash.grader.isolation); None
+    # when no code ran (nothing to grade).
+    isolation: str | None = None
 
     @property
     def score(self) -> float:
@@ -159,6 +160,8 @@ class Report:
         if self.error is not None:
             lines = [f"gqa-flash: not graded ({self.error}); ask the course staff to look at this submission"]
         lines.extend(integrity_lines(self.integrity))
+        if self.isolation == "none":
+            lines.append(f"  {isolation.describe('none')}")
         for tests in self.parts().values():
             got, worth = total(t.score for t in tests), total(t.max_score for t in tests)
             lines.append(f"  {part_name(tests[0])}: {num(got)} / {num(worth)}  {verdict(tests)}")
@@ -180,82 +183,6 @@ def zero_parts_not_own(tests: list[TestResult]) -> list[str]:
                 t.passed = False
                 t.message = f"0 points: {part}.py did not do its own work (see {first.name})"
     return flags
-
-
-# --- modules not started ------------------------------------------------------------------
-
-# Where a course without solutions/ (the student edition, a Gradescope bundle) keeps its stubs' fingerprints:
-# there the graded files are the student's, so they cannot tell what the stubs were.
-STUB_PRINTS = "tests/graded/stub_fingerprints.json"
-
-
-def code_fingerprint(text: str) -> str | None:
-    """A hash of a Python file's code: its text without comments, blank lines and trailing spaces.
-
-    Two files with the same fingerprint run the same code, so a file with its stub's fingerprint is not
-    started: notes in comments do not start it, one line of code does. The same on every Python version
-    (unlike ast.dump). None if the file does not tokenize (a syntax error is a start, and its own failure)."""
-    try:
-        comments = [tok.start for tok in tokenize.generate_tokens(io.StringIO(text).readline)
-                    if tok.type == tokenize.COMMENT]
-    except (tokenize.TokenError, SyntaxError):
-        return None
-    lines = text.splitlines()
-    for row, col in comments:
-        lines[row - 1] = lines[row - 1][:col]
-    code = "\n".join(line.rstrip() for line in lines if line.strip())
-    return hashlib.sha256(code.encode()).hexdigest()
-
-
-def stub_fingerprints(course_dir: Path = layout.COURSE_DIR) -> dict[str, str]:
-    """{graded file: its stub's fingerprint}: from solutions/ (the instructor's copy, through the release
-    tool), else from STUB_PRINTS (written with the student edition and the Gradescope bundle), else {}:
-    no module is then taken for not started."""
-    if (course_dir / "solutions").is_dir():
-        from gqa_flash.grader import release  # the instructor's copy only
-
-        stubs = release.plan(course_dir / "solutions", Path("gqa_flash"))
-        return {p.name: code_fingerprint(text) for p, text in stubs.items() if p.name in layout.GRADED_FILES}
-    try:
-        prints = json.loads((course_dir / STUB_PRINTS).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in prints.items() if isinstance(v, str)} if isinstance(prints, dict) else {}
-
-
-def stub_manifest(course_dir: Path = layout.COURSE_DIR) -> bytes:
-    """STUB_PRINTS's content for an edition or a bundle written from course_dir."""
-    return (json.dumps(stub_fingerprints(course_dir), indent=1, sort_keys=True) + "\n").encode()
-
-
-def not_started(name: str, text: str | bytes | None, prints: dict[str, str]) -> bool:
-    """Is graded file ``name`` (e.g. naive.py) still its stub? ``text`` None: not submitted, so the stub
-    is graded. False whenever the stub is unknown: a module is graded as started unless it surely is not."""
-    if name not in prints:
-        return False
-    if text is None:
-        return True
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
-    return code_fingerprint(text) == prints[name]
-
-
-def mark_not_started(tests: list[TestResult], files: dict[str, bytes], graded_files=layout.GRADED_FILES,
-                     prints: dict[str, str] | None = None) -> list[str]:
-    """Mark the tests of each module whose submitted file (``files``) is still its stub; returns those modules.
-
-    Their tests ran as any others (a stub passes none: tests/test_stubs_fail.py), so marking changes no
-    points, only the report: one line per module, "not started", instead of a failure per test."""
-    prints = stub_fingerprints() if prints is None else prints
-    marked = []
-    for part in dict.fromkeys(t.part for t in tests if not t.hidden):
-        name = f"{part}.py"
-        tests_of = [t for t in tests if t.part == part and not t.hidden]
-        if name in graded_files and not any(t.passed for t in tests_of) and not_started(name, files.get(name), prints):
-            for t in tests_of:
-                t.not_started, t.message = True, NOT_STARTED
-            marked.append(part)
-    return marked
 
 
 def grade(source: Path | downloads.Piece | None = None, *, course: sandbox.Course | None = None, only=None,
@@ -281,10 +208,18 @@ def grade(source: Path | downloads.Piece | None = None, *, course: sandbox.Cours
         report.tests = not_graded(course, test_files, stop)
         report.seconds = time.monotonic() - start
         return report
+    # The static gate first: a file that fails it never runs (its stub stands in) and its part scores 0.
+    gated = gate_files(course, sub.files) if limits.gate else {}
+    runnable = {name: content for name, content in sub.files.items() if name not in gated}
     scratch = Path(tempfile.mkdtemp(prefix="gqa-flash-grade-", dir=workdir))
     try:
-        run = testrun.run_tests(course, sub.files, scratch, test_files, limits)
-        report.tests = run.tests
+        gated_tests = [t for t in test_files if Path(t).stem.removeprefix("test_") + ".py" in gated]
+        to_run = [t for t in test_files if t not in gated_tests]
+        run = testrun.run_tests(course, runnable, scratch, to_run, limits) if to_run else testrun.RunReport()
+        report.tests = run.tests + refused_by_gate(course, gated_tests, gated)
+        report.tests.sort(key=lambda t: test_files.index(t.id.split("::")[0]) if t.id.split("::")[0] in test_files
+                          else len(test_files))
+        report.isolation = run.isolation if to_run else None  # nothing ran: nothing to isolate
         report.notes.extend(run.notes)
         mark_not_started(report.tests, sub.files, course.graded_files)
         report.integrity = zero_parts_not_own(report.tests) + list(sub.flags)
@@ -298,6 +233,31 @@ def grade(source: Path | downloads.Piece | None = None, *, course: sandbox.Cours
         report.notes.append(report.error)
     report.seconds = time.monotonic() - start
     return report
+
+
+def gate_files(course: sandbox.Course, files: dict[str, bytes]) -> dict[str, list]:
+    """{graded file: its violations} for each submitted file the static gate refuses (gqa_flash.grader.gate),
+    checked against its exercise's allow-list and its stub's own imports."""
+    found = {}
+    for name, content in files.items():
+        violations = gate.check(name, content, course.files.get(f"gqa_flash/{name}"))
+        if violations:
+            found[name] = violations
+    return found
+
+
+def refused_by_gate(course: sandbox.Course, test_files: list[str], gated: dict[str, list]) -> list[TestResult]:
+    """A failed test per gated part, worth its points, flagged integrity: its code never ran."""
+    tests = not_graded(course, test_files, "")
+    for t in tests:
+        violations = gated[f"{t.part}.py"]
+        more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+        t.name = "static gate"
+        t.id = t.id.replace(NOT_GRADED, t.name)
+        t.message = (f"integrity: gate: {violations[0]}{more}; graded code may use only what its exercise needs, "
+                     "so it was not run and this part scores 0")
+        t.integrity = True
+    return tests
 
 
 def not_graded(course: sandbox.Course, test_files: list[str], note: str) -> list[TestResult]:
@@ -554,7 +514,7 @@ def _named(source: Path | downloads.Piece, name: str) -> bool:
 def _row(report: Report) -> dict[str, str]:
     """What the summary reads of a submission graded with no CSV."""
     return {"score": GradeBook.ERROR if report.error is not None else num(report.score),
-            "max_score": num(report.max_score), "review": review(report)}
+            "max_score": num(report.max_score), "review": review(report), "isolation": report.isolation or ""}
 
 
 def _parts(course: sandbox.Course, only=None) -> list[str]:

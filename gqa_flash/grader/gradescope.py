@@ -121,6 +121,14 @@ python3 -m venv "$ROOT/venv"
 INDEX="${{TORCH_INDEX_URL-{torch_index}}}"
 "$ROOT/venv/bin/python" -m pip install ${{INDEX:+--index-url "$INDEX"}} "${{TORCH_REQUIREMENT:-{torch}}}"
 "$ROOT/venv/bin/python" -m pip install -r "$ROOT/source/requirements.txt"
+# The student's code runs in a process of its own, shut away (gqa_flash/grader/isolation.py): in bubblewrap's
+# namespaces where the container allows them, else as this unprivileged user, who cannot read the results.
+if [ "$(id -u)" -eq 0 ]; then
+    apt-get install -y -q bubblewrap 2>/dev/null || (apt-get update -q && apt-get install -y -q bubblewrap) || true
+    id -u gqa-flash-executor >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin \
+        gqa-flash-executor
+    chmod -R a+rX "$ROOT/venv" "$ROOT/source"
+fi
 """
 
 RUN_AUTOGRADER = """\
@@ -132,6 +140,7 @@ ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PYTHON="${{GQA_FLASH_PYTHON:-$ROOT/venv/bin/python}}"
 RESULTS="$ROOT/results/results.json"
 mkdir -p "$ROOT/results"
+chmod 700 "$ROOT/results"  # the grader's alone: the student's code runs as another user (or sandboxed)
 cd "$ROOT/source"
 PYTHONPATH="$ROOT/source" "$PYTHON" -m gqa_flash.grader "$ROOT/submission" --out "$RESULTS" \\
     --timeout {timeout}{extra}

@@ -42,6 +42,7 @@ from pathlib import Path
 import pytest
 
 from gqa_flash import integrity
+from gqa_flash.grader.calls import StudentCrash, StudentRaised
 from gqa_flash.layout import GRADED_FILES
 from gqa_flash.grader.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
 
@@ -165,9 +166,11 @@ def describe(excinfo, graded_files) -> tuple[str, bool]:
         return "failed", False
     exc = integrity.unwrap(excinfo.value) or excinfo.value  # the course's own message, out of Triton's wrapping
     text = str(exc)
-    if "Timeout" in text and "pytest-timeout" in text:
+    if "Timeout" in text and "pytest-timeout" in text and not hasattr(exc, "student_type"):
         seconds = text.split("(>", 1)[-1].split("s)", 1)[0].removesuffix(".0")
         return f"timed out after {seconds} s: an endless loop, or far too slow", True
+    if isinstance(exc, StudentCrash):  # the executor died: a strike, as a hang is
+        return text.strip().splitlines()[0][:2 * MESSAGE_CHARS], True
     if integrity.unwrap(exc) is not None:  # integrity: or address check: the message says it all
         return text.strip().splitlines()[0][:2 * MESSAGE_CHARS], False
     if isinstance(exc, pytest.fail.Exception):  # pytest.fail(...): the message says it all
@@ -177,8 +180,12 @@ def describe(excinfo, graded_files) -> tuple[str, bool]:
     first = text.strip().splitlines()[0] if text.strip() else ""
     if len(first) > MESSAGE_CHARS:
         first = first[:MESSAGE_CHARS] + "..."
-    name = type(exc).__name__
+    name = getattr(exc, "student_type", None) if isinstance(exc, StudentRaised) else type(exc).__name__
+    if isinstance(exc, StudentRaised):
+        first = first.split(": ", 1)[1] if ": " in first else ""
     line = f"{name}: {first}" if first else name
+    if getattr(exc, "student_where", None):  # the executor said where in the graded file it was raised
+        return f"{line} ({exc.student_where})", False
     # Where the submission raised it: the deepest frame in a graded file.
     for entry in reversed(excinfo.traceback):
         path = Path(str(entry.path))
@@ -203,7 +210,6 @@ def pytest_configure(config):
 
     if runtime.DEVICE.type == "cpu":  # CUDA maps far more address space than it uses
         _limit(resource.RLIMIT_AS, int(config.getoption("grade_memory_gb") * 2**30))
-    integrity.warm_up()  # a one-time cost of the guard's machinery, not any test's
     _recorder = _Recorder(config)
 
 

@@ -27,7 +27,7 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gqa_flash.grader import gradescope
+from gqa_flash.grader import gradescope, isolation
 
 if TYPE_CHECKING:
     from gqa_flash.grader.grade import Report
@@ -77,7 +77,8 @@ def table(report: Report) -> str:
         return "\n".join([f"{report.submission}: NOT GRADED ({report.seconds:.0f} s): {report.error}", "",
                           "notes:", *[f"  - {n}" for n in report.notes]])
     rows = [f"{report.submission}: {report.points()} ({report.seconds:.0f} s)",
-            *[f"  {line}" for line in integrity_lines(report.integrity)], "",
+            *[f"  {line}" for line in integrity_lines(report.integrity)],
+            *([f"  {isolation.describe('none')}"] if report.isolation == "none" else []), "",
             f"  {'part':<24} {'points':>11}  verdict"]
     for tests in report.parts().values():
         got, worth = total(t.score for t in tests), total(t.max_score for t in tests)
@@ -166,7 +167,7 @@ class GradeBook:
         self.path = Path(path)
         self.parts = parts
         self.columns = ["submission", "results", "score", "max_score", *parts, *(["hidden"] if hidden else []),
-                        "review", "integrity", "seconds", "notes"]
+                        "review", "integrity", "isolation", "seconds", "notes"]
         self.done: set[str] = set()
         if self.path.exists() and self.path.stat().st_size:
             with open(self.path, newline="", encoding="utf-8") as f:
@@ -188,7 +189,8 @@ class GradeBook:
     def row(self, report: Report, results: str = "") -> dict[str, str]:
         row = {"submission": report.submission, "results": results, "score": num(report.score),
                "max_score": num(report.max_score), "review": review(report),
-               "integrity": " | ".join(report.integrity)[:1000], "seconds": f"{report.seconds:.0f}",
+               "integrity": " | ".join(report.integrity)[:1000], "isolation": report.isolation or "",
+               "seconds": f"{report.seconds:.0f}",
                "notes": " | ".join(report.notes)[:1000]}
         if report.error is not None:
             row["score"] = self.ERROR
@@ -315,6 +317,9 @@ def batch_summary(rows: list[dict[str, str]], *, now: int, csv_path: Path | None
     line += f"; {looks} need{'s' * (looks == 1)} a second look" + (" (the CSV's review column)" if looks else "")
     if errors:
         line += f"; {errors} could not be graded ({GradeBook.ERROR})"
+    bare = sum(r.get("isolation") == "none" for r in rows)
+    if bare:
+        line += (f"; {bare} ran NOT ISOLATED (the CSV's isolation column): {isolation.describe('none')}")
     return "\n".join([
         line,
         f"CSV: {csv_path}" if csv_path else "CSV: none (--csv FILE keeps one, and lets a batch run again go on)",

@@ -61,7 +61,7 @@ class Course:
         return [t for t in self.test_files if Path(t).stem.removeprefix("test_") in parts]
 
 
-def _stubs(course_dir: Path) -> dict[str, bytes]:
+def stub_files(course_dir: Path) -> dict[str, bytes]:
     solutions = course_dir / impl.SOLUTIONS_DIR.name
     if solutions.is_dir():
         from gqa_flash.grader import release  # the instructor's copy only: the student edition has no release tool
@@ -115,7 +115,7 @@ def snapshot(course_dir: Path = COURSE_DIR, extra_tests: Path | None = None) -> 
         for p in sorted(package.rglob("*.py"))
         if "__pycache__" not in p.parts and p.relative_to(package).as_posix() not in GRADED_FILES
     }
-    files.update(_stubs(course_dir))
+    files.update(stub_files(course_dir))
     files["pyproject.toml"] = (course_dir / "pyproject.toml").read_bytes()
     files["tests/conftest.py"] = (course_dir / "tests" / "conftest.py").read_bytes()
     files.update(read_tree(course_dir / "tests" / "graded", "tests/graded"))
@@ -142,6 +142,22 @@ def build(course: Course, dest: Path, submitted: dict[str, bytes]) -> None:
         if name not in course.graded_files:  # belt and braces: submission.read only returns these
             raise ValueError(f"{name} is not a graded file")
         _write(dest / "gqa_flash" / name, content)
+
+
+def build_executor(course: Course, dest: Path, submitted: dict[str, bytes]) -> dict[str, bytes]:
+    """Write the executor's folder at dest: the course's package, the submitted graded files in place of the
+    stubs, and nothing else (no tests, no pyproject, never solutions/). Returns what it wrote, for tampered."""
+    files = {rel: content for rel, content in course.files.items() if rel.startswith("gqa_flash/")}
+    for name, content in submitted.items():
+        if name not in course.graded_files:
+            raise ValueError(f"{name} is not a graded file")
+        files[f"gqa_flash/{name}"] = content
+    remove(dest)
+    for rel, content in files.items():
+        _write(dest / rel, content)
+    for folder in [dest, *(p for p in dest.rglob("*") if p.is_dir())]:  # readable by another user (isolation)
+        folder.chmod(0o755)
+    return files
 
 
 def remove(path: Path, patience_s: float = 10.0) -> None:
@@ -175,10 +191,12 @@ def _write(path: Path, content: bytes) -> None:
     path.write_bytes(content)
 
 
-def tampered(course: Course, dest: Path) -> list[str]:
-    """Course files in the copy at dest that a run changed, deleted or added (graded files aside)."""
+def tampered(course: Course, dest: Path, files: dict[str, bytes] | None = None) -> list[str]:
+    """Course files in the copy at dest (``files``, default the course's) that a run changed, deleted or
+    added (graded files aside)."""
     problems = []
-    for rel, content in course.files.items():
+    files = course.files if files is None else files
+    for rel, content in files.items():
         if Path(rel).parent.as_posix() == "gqa_flash" and Path(rel).name in course.graded_files:
             continue
         path = dest / rel
@@ -188,7 +206,7 @@ def tampered(course: Course, dest: Path) -> list[str]:
             problems.append(f"changed {rel}")
     for path in dest.rglob("*"):
         rel = path.relative_to(dest).as_posix()
-        if "__pycache__" in path.parts or path.is_dir() or rel in course.files:
+        if "__pycache__" in path.parts or path.is_dir() or rel in files:
             continue
         if rel.startswith("gqa_flash/") and path.name in course.graded_files:
             continue

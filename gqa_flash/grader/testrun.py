@@ -40,7 +40,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gqa_flash.grader import sandbox
+from gqa_flash.grader import isolation, sandbox
 
 LOG_TAIL = 2000  # characters of pytest's own output kept for a message when a run goes wrong
 
@@ -54,6 +54,9 @@ class Limits:
     max_file_mb: float = 256  # the largest file the test process may write (a submission that prints forever)
     memory_gb: float = 16  # address space of the test process, on a machine with no GPU
     first_failure: bool = False  # stop at the first failing test (a quick "does it lose points?"; the rest: not run)
+    # The defences before and around the student's code; off only in the grader's own tests of those beneath.
+    gate: bool = True  # the static gate (gqa_flash.grader.gate): a refused file never runs
+    audit: bool = True  # the executor's audit hook (gqa_flash.grader.audit)
 
 
 @dataclass
@@ -80,6 +83,7 @@ class RunReport:
     tests: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # problems that belong to no single test
     runs: int = 0  # pytest processes started (1 unless something crashed)
+    isolation: str = "none"  # how the executor ran the student's code (gqa_flash.grader.isolation)
 
 
 RUN_MARK = "GQA_FLASH_GRADE_RUN"  # an environment variable that marks every process of one test run
@@ -116,15 +120,21 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
     done: dict[str, TestResult] = {}
     strikes: dict[str, int] = {}
     targets = list(test_files)
-    copy = workdir / "course"
+    copy = workdir / "course"  # the judge's: the course's tests and package; no student code
+    tree = workdir / "executor"  # the executor's: the package with the submission's graded files, nothing else
+    report.isolation = isolation.choose()
+    if report.isolation == "user":  # the executor's user must reach its folder (only that: no listing)
+        workdir.chmod(0o711)
     tampering: list[str] = []
     while not (STOP.is_set() and collected is None):
-        sandbox.build(course, copy, files)
+        sandbox.build(course, copy, {})
+        tree_files = sandbox.build_executor(course, tree, files)
         log = workdir / f"run{report.runs}.jsonl"
         out = workdir / f"run{report.runs}.out"
-        run = _run_once(copy, targets, log, out, limits, strikes, deadline)
+        run = _run_once(copy, targets, log, out, limits, strikes, deadline, tree, report.isolation, limits.audit)
         report.runs += 1
-        tampering.extend(p for p in sandbox.tampered(course, copy) if p not in tampering)
+        found = sandbox.tampered(course, copy) + sandbox.tampered(course, tree, tree_files)
+        tampering.extend(p for p in found if p not in tampering)
         if run.lingered:
             report.notes.append(f"the test process did not exit within {EXIT_GRACE_S:.0f} s of its last test's result "
                                 "(a thread or process the submission left running?): it was killed")
@@ -210,7 +220,7 @@ def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> lis
     return cmd
 
 
-def _environment(copy: Path, mark: str) -> dict[str, str]:
+def _environment(copy: Path, mark: str, tree: Path, kind: str, audit: bool = True) -> dict[str, str]:
     # GQA_FLASH_MODULE (make test-graded MODULE=...) is for a run on its own: the grader chooses with --only.
     # Nothing that leads back to the course (PWD, OLDPWD, PATH entries, VIRTUAL_ENV...): sandbox.environment.
     env = {k: v for k, v in sandbox.environment(os.environ, copy).items()
@@ -224,7 +234,12 @@ def _environment(copy: Path, mark: str) -> dict[str, str]:
         PYTHONPATH=str(copy),  # ahead of any installed gqa_flash
         PYTHONDONTWRITEBYTECODE="1",
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # only the plugins named on the command line
+        GQA_FLASH_EXECUTOR_TREE=str(tree),  # where the student's code runs: gqa_flash.grader.calls
+        GQA_FLASH_ISOLATION=kind,
     )
+    env.pop("GQA_FLASH_AUDIT", None)
+    if not audit:
+        env["GQA_FLASH_AUDIT"] = "0"
     return env
 
 
@@ -242,13 +257,14 @@ def _kill_marked(mark: str) -> None:
             continue
 
 
-def _run_once(copy: Path, targets, log: Path, out: Path, limits: Limits, strikes, deadline) -> _Run:
+def _run_once(copy: Path, targets, log: Path, out: Path, limits: Limits, strikes, deadline, tree: Path,
+              kind: str, audit: bool = True) -> _Run:
     run = _Run()
     log.touch()
     mark = uuid.uuid4().hex
     with open(out, "wb") as out_file:
         proc = subprocess.Popen(
-            _command(targets, log, limits, strikes), cwd=copy, env=_environment(copy, mark),
+            _command(targets, log, limits, strikes), cwd=copy, env=_environment(copy, mark, tree, kind, audit),
             stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT, start_new_session=True,
         )
     with _live_lock:

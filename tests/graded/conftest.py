@@ -34,6 +34,7 @@ _OUTCOMES: dict = {}  # nodeid -> (passed, one-line message)
 _INTEGRITY: set = set()  # nodeids whose graded call was not the student's own work (gqa_flash.integrity)
 _MESSAGES: dict = {}  # nodeid -> an integrity or address-check message, unwrapped
 _NOT_STARTED: set = set()  # modules still holding their stubs, their tests skipped
+_GATED: dict = {}  # modules the static gate refuses (gqa_flash.grader.gate): {module: its verdict}
 _UNCOLLECTED: list = []  # a line for each graded test file that could not be collected
 
 
@@ -83,16 +84,27 @@ def pytest_configure(config):
     _START.append(time.monotonic())
     if _standalone(config):
         _chosen_modules()  # a misspelt module stops the run before anything is collected
-    from gqa_flash import integrity
 
-    integrity.warm_up()  # the guard's one-time import, before any test's time limit starts
+
+def pytest_sessionfinish(session):
+    from gqa_flash.grader import calls
+
+    if calls._student is not None:
+        calls._student.stop()
 
 
 def pytest_collection_modifyitems(session, config, items):
     graded = Path(__file__).parent
+    if any(graded in Path(i.path).parents for i in items) and not config.option.collectonly:
+        # The executor (the process that runs the student's code) starts before the first test, so that its
+        # imports count against no test's time limit. A student's code that breaks it breaks a test, not this.
+        from gqa_flash.grader.calls import student
+
+        student().warm()
     if not _standalone(config) or not items or any(graded not in Path(i.path).parents for i in items):
         return
     _NOT_STARTED.update(_stubs_among({_module(i) for i in items}))
+    _GATED.update(_gated_among({_module(i) for i in items} - _NOT_STARTED))
     skip = pytest.mark.skip(reason="not started: the module is still the stub you were given")
     cases: dict = {}
     for item in items:
@@ -104,6 +116,36 @@ def pytest_collection_modifyitems(session, config, items):
         _ITEMS[item.nodeid] = (module, points / len(cases[(item.path, item.originalname)]), item.name)
         if module in _NOT_STARTED:
             item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    # A graded file the static gate refuses is not run: its tests fail, flagged, as the grader scores them.
+    module = _module(item)
+    if item.nodeid in _ITEMS and module in _GATED:
+        from gqa_flash.integrity import IntegrityViolation
+
+        raise IntegrityViolation(_GATED[module])
+
+
+def _gated_among(modules) -> dict[str, str]:
+    """{module: the gate's first verdict} for each module whose file the static gate refuses (grader.gate)."""
+    from gqa_flash import impl
+    from gqa_flash.grader import gate, sandbox
+    from gqa_flash.layout import COURSE_DIR
+
+    stubs = sandbox.stub_files(COURSE_DIR)
+    found = {}
+    for module in modules:
+        try:
+            text = impl.path_of(module).read_text()
+        except (OSError, ValueError):
+            continue
+        violations = gate.check(f"{module}.py", text, stubs.get(f"gqa_flash/{module}.py"))
+        if violations:
+            more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+            found[module] = (f"integrity: gate: {violations[0]}{more}; graded code may use only what its exercise "
+                             "needs, so it is not run and this part scores 0")
+    return found
 
 
 def _module(item) -> str:
@@ -136,6 +178,11 @@ def pytest_runtest_makereport(item, call):
     if item.nodeid in _ITEMS and call.excinfo is not None:
         from gqa_flash import integrity
 
+        where = getattr(call.excinfo.value, "student_where", None)
+        if where:  # the executor said where in the graded file the student's code raised it
+            name = getattr(call.excinfo.value, "student_type", type(call.excinfo.value).__name__)
+            text = str(call.excinfo.value).removeprefix(f"{name}: ")
+            _MESSAGES[item.nodeid] = f"{name}: {text.splitlines()[0] if text else ''} ({where})"
         found = integrity.unwrap(call.excinfo.value)
         if found is not None:
             if integrity.is_violation(found):

@@ -26,10 +26,10 @@ carries such an offset.
 import pytest
 import torch
 
-import gqa_flash
 from gqa_flash import runtime
+from gqa_flash.grader.calls import kernel_only, student
 from gqa_flash.reference import reference_attention, reference_gradients
-from gqa_flash.testing import GRAD_TOLERANCE, gradient_error, kernel_only, random_qkv
+from gqa_flash.testing import GRAD_TOLERANCE, gradient_error, random_qkv
 
 
 def in_layout(t, layout):
@@ -68,9 +68,10 @@ def check(seed, causal=True, dtype=torch.float32, layout="contiguous", scores="r
     o, lse = reference_attention(q, k, v, causal=causal)
     o = in_layout(o.to(q.device, dtype), layout)
     lse = lse.to(q.device, torch.float32)
-    with kernel_only("flash_attention_backward", part="backward") as launches:
-        grads = gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=causal)
-    assert launches.count > 0, "flash_attention_backward must launch the Triton kernels"
+    reply = student().call("flash_attention_backward", q, k, v, o, lse, do, causal=causal,
+                           watch=kernel_only("flash_attention_backward", part="backward"))
+    grads = reply.value
+    assert reply.seen.get("launches", 0) > 0, "flash_attention_backward must launch the Triton kernels"
     ref = reference_gradients(q, k, v, do, causal=causal)
     ctx = (f"seed {seed}, shape {list(q.shape)} with {n_kv_heads} KV heads, causal={causal}, "
            f"{str(dtype)[6:]}, {layout} layout" + (", scores near -100" if scores != "random" else "")

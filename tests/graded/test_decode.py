@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-import gqa_flash
+from gqa_flash.grader.calls import kernel_only, own_work, student
 from gqa_flash.reference import reference_decode
-from gqa_flash.testing import LSE_TOLERANCE, TOLERANCES, decode_inputs, kernel_only, mismatch
+from gqa_flash.testing import LSE_TOLERANCE, TOLERANCES, decode_inputs, mismatch
 
 
 def describe(seed, q, k_cache, cache_seqlens, block_table, num_splits, layout="contiguous", q_layout=None,
@@ -50,10 +50,10 @@ def check(seed, num_splits=None, lse=False, sm_scale=None, **case):
     context = describe(seed, q, k, seqlens, table, num_splits, case.get("layout", "contiguous"),
                        case.get("q_layout"), case.get("table_layout", "contiguous"))
     # The kernels must do the work: PyTorch's matmuls and softmax are off limits inside.
-    with kernel_only("flash_decode") as launches:
-        result = gqa_flash.flash_decode(q, k, v, seqlens, block_table=table, sm_scale=sm_scale,
-                                        num_splits=num_splits, return_lse=lse)
-    assert launches.count > 0, "flash_decode must launch the Triton kernels"
+    reply = student().call("flash_decode", q, k, v, seqlens, block_table=table, sm_scale=sm_scale,
+                           num_splits=num_splits, return_lse=lse, watch=kernel_only("flash_decode"))
+    result = reply.value
+    assert reply.seen.get("launches", 0) > 0, "flash_decode must launch the Triton kernels"
     ref, ref_lse = reference_decode(q, k, v, seqlens, table, sm_scale=sm_scale)
     if lse:
         assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
@@ -177,5 +177,5 @@ def test_decode_refuses_bad_input(seed):
     table = torch.arange(6, dtype=torch.int32, device=q.device).view(2, 3)
     for what, args, error, word in _bad_inputs(q, k, v, seqlens, table):
         with pytest.raises(error) as info:
-            gqa_flash.flash_decode(*args[:4], block_table=args[4])
+            student().call("flash_decode", *args[:4], block_table=args[4], watch=own_work("decode", "flash_decode"))
         assert word in str(info.value), f"{what}: the {error.__name__} should name {word!r}; got: {info.value}"

@@ -15,10 +15,9 @@ tests/gpu/ runs the large ones and bf16 on a GPU.
 import pytest
 import torch
 
-import gqa_flash
 from gqa_flash import testing
-from gqa_flash.lab.checks import kernel_parts, kernel_walk, probes
-from gqa_flash.testing import assert_attention_matches, case_context, kernel_only, peaked_qkv, random_qkv
+from gqa_flash.grader.calls import kernel_only, student
+from gqa_flash.testing import assert_attention_matches, case_context, peaked_qkv, random_qkv
 
 F16, F32 = torch.float16, torch.float32
 
@@ -31,9 +30,10 @@ def check(seed, causal=(True, False), sm_scale=None, dtype=F32, layout="contiguo
     for c in causal:
         # The kernel must do the work: PyTorch's attention, softmax and matmuls are
         # off limits inside, and at least one Triton kernel must be launched.
-        with kernel_only() as launches:
-            result = gqa_flash.flash_attention_forward(q, k, v, causal=c, sm_scale=sm_scale, return_lse=True)
-        assert launches.count > 0, "flash_attention_forward must launch the Triton kernel"
+        reply = student().call("flash_attention_forward", q, k, v, causal=c, sm_scale=sm_scale, return_lse=True,
+                               watch=kernel_only())
+        result = reply.value
+        assert reply.seen.get("launches", 0) > 0, "flash_attention_forward must launch the Triton kernel"
         layouts = f"layout {layout}" + (f", V layout {v_layout}" if v_layout and v_layout != layout else "")
         assert_attention_matches(result, q, k, v, causal=c, sm_scale=sm_scale, return_lse=True,
                                  context=case_context(seed, q, k, c, layouts))
@@ -73,7 +73,9 @@ def _kv_heads_read(q, k, v) -> str:
     from gqa_flash.reference import reference_attention
 
     try:
-        out = gqa_flash.flash_attention_forward(q, k, v, causal=True)
+        out = student().call("flash_attention_forward", q, k, v, causal=True, watch=kernel_only()).value
+        if type(out) is not torch.Tensor or out.shape != q.shape:
+            return ""
     except Exception:  # a diagnosis only: the failure it would add to stands on its own
         return ""
     group = q.shape[1] // k.shape[1]
@@ -180,7 +182,7 @@ def test_forward_causal_skips_key_blocks_past_the_diagonal(seed):
     # score tiles (tl.dot of Q with a K tile); a loop that runs on to SEQ_LEN
     # and lets the mask hide the future is right but does twice the work.
     seq_len = 100
-    counts, config = testing.score_tiles_per_program(seq_len=seq_len, head_dim=32, causal=True, seed=seed)
+    counts, config = student().score_tiles(seq_len=seq_len, head_dim=32, causal=True, seed=seed)
     block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
     assert counts, ("no score tile was seen: compute each key block's scores with tl.dot of the Q tile and "
                     f"the K tile (a [{block_m}, {block_n}] tile)")
@@ -196,6 +198,7 @@ def test_forward_causal_skips_key_blocks_past_the_diagonal(seed):
 
 
 def _assert_no_problem(problem):
+    assert problem is None or isinstance(problem, dict), f"a probe's answer must be a problem or None, got {problem!r}"
     assert problem is None, f"{problem['message']}: {problem['where']}; {problem['cause']}"
 
 
@@ -205,7 +208,7 @@ def test_forward_masked_loads_read_zero():
     # Part 2 alone, in the interpreter, with a masked load that has no `other` reading NaN in its
     # masked lanes, as a GPU may (the interpreter itself reads 0 there): the ragged rows and the
     # padded head-dim columns of a tile must read 0.
-    _assert_no_problem(probes.in_interpreter(f"{kernel_walk.__name__}:load_tile_masked_lanes_problem"))
+    _assert_no_problem(student().probe("gqa_flash.lab.checks.kernel_walk:load_tile_masked_lanes_problem"))
 
 
 @pytest.mark.points(1)
@@ -215,5 +218,5 @@ def test_forward_offsets_in_int64(part):
     # Parts 2 and 6 alone, in the interpreter, with loads and stores recorded instead of made: at
     # batch 2 (or head 3) of a tensor whose batch (or head) stride is just under 2^30 elements, the
     # addresses must be the 64-bit ones. An offset computed in int32 wraps past 2^31 elements.
-    module = kernel_walk if part == "load_tile" else kernel_parts
-    _assert_no_problem(probes.in_interpreter(f"{module.__name__}:{part}_offsets_problem"))
+    module = "kernel_walk" if part == "load_tile" else "kernel_parts"
+    _assert_no_problem(student().probe(f"gqa_flash.lab.checks.{module}:{part}_offsets_problem"))

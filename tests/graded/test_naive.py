@@ -3,16 +3,16 @@
 import pytest
 import torch
 
-import gqa_flash
-from gqa_flash.integrity import own_work
+from gqa_flash.grader.calls import own_work, student
 from gqa_flash.reference import reference_attention
 from gqa_flash.testing import assert_matches, random_qkv
 
 
 def check(seed, causal=True, sm_scale=None, dtype=torch.float32, **shape):
     q, k, v = random_qkv(dtype=dtype, seed=seed, device="cpu", **shape)
-    with own_work("naive", "naive_attention"):  # naive.py's own PyTorch, not SDPA nor the reference
-        out = gqa_flash.naive_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+    # In the executor, under naive.py's own work: its own PyTorch, not SDPA nor the reference.
+    out = student().call("naive_attention", q, k, v, causal=causal, sm_scale=sm_scale,
+                         watch=own_work("naive", "naive_attention")).value
     ref, _ = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
     assert type(out) is torch.Tensor, f"naive_attention must return a plain torch.Tensor, got {type(out).__name__}"
     assert out.dtype == q.dtype, f"the output must have q's dtype {q.dtype}, got {out.dtype}"

@@ -3,11 +3,7 @@
 import pytest
 import torch
 
-import gqa_flash
-from torch.overrides import TorchFunctionMode
-
-from gqa_flash import impl
-from gqa_flash.integrity import own_work
+from gqa_flash.grader.calls import own_work, student, whole_rows
 from gqa_flash.reference import reference_softmax
 from gqa_flash.testing import mismatch
 
@@ -28,31 +24,10 @@ def assert_close(what, got, ref, seed, labels=("row", "col")):
         raise AssertionError(f"{problem}; seed {seed}")
 
 
-class WholeRows(TorchFunctionMode):
-    """Fails a reduction over a whole row of x at once: the online softmax reads block_size columns at a time."""
-
-    REDUCTIONS = {"amax", "max", "sum", "logsumexp", "softmax", "log_softmax", "mean", "cumsum", "nansum"}
-
-    def __init__(self, n, block_size):
-        super().__init__()
-        self.n, self.block_size = n, block_size
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        if name in self.REDUCTIONS and args and isinstance(args[0], torch.Tensor) and self.n > self.block_size:
-            t = args[0]
-            dim = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else None)
-            if t.dim() and t.shape[-1] == self.n and dim in (None, -1, t.dim() - 1):
-                raise AssertionError(
-                    f"online_softmax took torch.{name} over whole rows of {self.n} columns at once; it must read "
-                    f"them block_size={self.block_size} columns at a time, keeping only the running (m, l)")
-        return func(*args, **kwargs)
-
-
 def check_softmax(x, block_size, seed):
-    with own_work("online_softmax"), WholeRows(x.shape[-1], block_size):
-        out = gqa_flash.online_softmax(x, block_size)
+    # Under online_softmax.py's own work, and never a reduction over a whole row of x at once.
+    out = student().call("online_softmax", x, block_size,
+                         watch=own_work("online_softmax") | whole_rows(x.shape[-1], block_size)).value
     assert type(out) is torch.Tensor and out.dtype == x.dtype, (
         f"online_softmax must return a tensor of x's dtype ({str(x.dtype).replace('torch.', '')}), as its docstring "
         f"says; got {type(out).__name__} of {getattr(out, 'dtype', None)}")
@@ -70,8 +45,7 @@ def test_block_state_of_one_block(seed):
     x = torch.randn(6, 16, generator=gen) * 3
     x[2] = NEG_INF  # a fully masked row: (m, l) = (-inf, 0), not NaN
     x[4, :5] = NEG_INF  # partly masked
-    with own_work("online_softmax", "block_state"):
-        m, l = impl.load("online_softmax").block_state(x)
+    m, l = student().call("online_softmax.block_state", x, watch=own_work("online_softmax", "block_state")).value
     m_ref, l_ref = reference_state(x)
     assert_close("block_state m", m, m_ref, seed, labels=("row",))
     assert_close("block_state l", l, l_ref, seed, labels=("row",))
@@ -89,9 +63,11 @@ def test_merge_states_rescales_both_sums(seed):
     a, b = x[:, :25], x[:, 25:]
     m_a, l_a = reference_state(a)
     m_b, l_b = reference_state(b)
-    with own_work("online_softmax", "merge_states"):
-        m, l = gqa_flash.merge_softmax_states(m_a.float(), l_a.float(), m_b.float(), l_b.float())
-        m2, l2 = gqa_flash.merge_softmax_states(m_b.float(), l_b.float(), m_a.float(), l_a.float())
+    watch = own_work("online_softmax", "merge_states")
+    m, l = student().call("merge_softmax_states", m_a.float(), l_a.float(), m_b.float(), l_b.float(),
+                          watch=watch).value
+    m2, l2 = student().call("merge_softmax_states", m_b.float(), l_b.float(), m_a.float(), l_a.float(),
+                            watch=watch).value
     m_ref, l_ref = reference_state(x)
     assert_close("merged m", m, m_ref, seed, labels=("row",))
     assert_close("merged l", l, l_ref, seed, labels=("row",))

@@ -15,27 +15,23 @@ least half. The work must be ring.py's own (gqa_flash.integrity), in every proce
 import pytest
 import torch
 
-from gqa_flash import context_parallel, impl
-from gqa_flash.integrity import IntegrityViolation, PREFIX, own_work
+from gqa_flash import context_parallel
+from gqa_flash.grader.calls import own_work, student
+from gqa_flash.integrity import IntegrityViolation, PREFIX
 from gqa_flash.lab import ring_run
 from gqa_flash.lab.checks.ring import attention64, replayed_sources, seen_pairs  # the notebook's models
-
-
-def _module():
-    return impl.load("ring")
 
 
 @pytest.mark.points(1.5)
 @pytest.mark.timeout(60)
 def test_ring_source_every_rank_and_step():
-    ring = _module()
     for world_size in range(1, 7):
         holders = replayed_sources(world_size)  # whose block each rank holds; moved one rank on a step
         for step in range(world_size):
             holding = holders[step]
             for rank in range(world_size):
-                with own_work("ring", "ring_source"):
-                    got = ring.ring_source(rank, step, world_size)
+                got = student().call("ring.ring_source", rank, step, world_size,
+                                     watch=own_work("ring", "ring_source")).value
                 assert got == holding[rank], (f"ring_source(rank={rank}, step={step}, world_size={world_size}) "
                                               f"returned {got!r}; rank {rank} holds rank {holding[rank]}'s block "
                                               f"then (each step, every rank sends to rank + 1)")
@@ -44,14 +40,13 @@ def test_ring_source_every_rank_and_step():
 @pytest.mark.points(1.5)
 @pytest.mark.timeout(60)
 def test_block_pairs_both_layouts_causal_and_not():
-    ring = _module()
     for layout in context_parallel.LAYOUTS:
         for world_size in (1, 2, 3, 5):
             for causal in (True, False):
                 for rank in range(world_size):
                     for source in range(world_size):
-                        with own_work("ring", "block_pairs"):
-                            got = ring.block_pairs(layout, rank, source, world_size, causal)
+                        got = student().call("ring.block_pairs", layout, rank, source, world_size, causal,
+                                             watch=own_work("ring", "block_pairs")).value
                         want = seen_pairs(layout, rank, source, world_size, causal, c=3)
                         assert isinstance(got, (list, tuple)) and sorted(map(tuple, got)) == want, (
                             f"block_pairs(layout={layout!r}, rank={rank}, source={source}, world_size={world_size}, "
@@ -71,8 +66,8 @@ def test_merge_blocks_rows_that_saw_both_one_or_no_block(seed):
     o_a, lse_a = attention64(s[..., :k], v[:, :k])
     o_b, lse_b = attention64(s[..., k:], v[:, k:])
     want_o, want_lse = attention64(s, v)
-    with own_work("ring", "merge_blocks"):
-        got = _module().merge_blocks(o_a.float(), lse_a.float(), o_b.float(), lse_b.float())
+    got = student().call("ring.merge_blocks", o_a.float(), lse_a.float(), o_b.float(), lse_b.float(),
+                         watch=own_work("ring", "merge_blocks")).value
     assert isinstance(got, tuple) and len(got) == 2, f"merge_blocks must return (o, lse); got {type(got).__name__}"
     o, lse = got
     assert o.shape == want_o.shape and lse.shape == want_lse.shape, (
@@ -99,7 +94,7 @@ def _cases(world_size, seed):
 
 def _ring_matches_reference(world_size, seed):
     cases = _cases(world_size, seed)
-    results = ring_run.run_on_cpu(ring_run.ring_cases, world_size, cases, True, timeout_s=30)
+    results = student().ring(world_size, cases)  # each rank's shards, from the student's ring.py in the executor
     for rank, (status, value) in enumerate(results):
         if status != "ok":
             message = value.splitlines()[0]

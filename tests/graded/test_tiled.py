@@ -3,9 +3,8 @@
 import pytest
 import torch
 
-import gqa_flash
 from gqa_flash import testing
-from gqa_flash.integrity import own_work
+from gqa_flash.grader.calls import own_work, score_products, student
 from gqa_flash.testing import assert_attention_matches, case_context, peaked_qkv, random_qkv
 
 
@@ -14,13 +13,34 @@ def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, blo
     q, k, v = qkv if qkv is not None else random_qkv(dtype=dtype, seed=seed, device="cpu", **shape)
     # tiled.py's own code does the work (not the reference, not naive attention), one tile of scores at a
     # time: every case counts the score products (each case's head dim is no other size of it).
-    with own_work("tiled", "tiled_attention"), testing.ScoreProducts(q.shape[-1]) as counted:
-        result = gqa_flash.tiled_attention(
-            q, k, v, causal=causal, sm_scale=sm_scale, block_m=block_m, block_n=block_n, return_lse=lse
-        )
+    reply = student().call("tiled_attention", q, k, v, causal=causal, sm_scale=sm_scale, block_m=block_m,
+                           block_n=block_n, return_lse=lse,
+                           watch=own_work("tiled", "tiled_attention") | score_products(q.shape[-1]))
+    result, counted = reply.value, Counted(reply.seen)
     context = case_context(seed, q, k, causal, f"block_m={block_m}, block_n={block_n}")
     assert_walks_tiles(counted, block_m, block_n, q.shape[2], context)
+    assert_no_whole_matrix(reply.seen, q, block_m, block_n, context)
     assert_attention_matches(result, q, k, v, causal=causal, sm_scale=sm_scale, return_lse=lse, context=context)
+
+
+class Counted:
+    """What the executor's ScoreProducts counted: products, elements, and the largest (rows, keys)."""
+
+    def __init__(self, seen):
+        self.products, self.elements = int(seen.get("products", 0)), int(seen.get("elements", 0))
+        self.largest = tuple(seen.get("largest", (0, 0)))
+
+
+def assert_no_whole_matrix(seen, q, block_m, block_n, context):
+    """No op may hold more numbers than the output or a tile of scores per head: a whole score matrix (by a
+    broadcast multiply and a sum, say, which no count of matrix products sees) is more than either."""
+    batch, heads, n, d = q.shape
+    bound = batch * heads * max(n * d, block_m * block_n)
+    got = int(seen.get("largest_output", 0))
+    assert got <= bound, (
+        f"an operation produced {got} numbers at once, more than the output ({batch * heads * n * d}) or one "
+        f"{block_m}x{block_n} tile of scores per head: were the scores of a whole row, or the whole matrix, computed "
+        f"at once? tiled_attention walks tiles; {context}")
 
 
 def assert_walks_tiles(counted, block_m, block_n, seq_len, context):
@@ -105,8 +125,10 @@ def test_tiled_causal_skips_future_key_tiles(seed):
     batch, n_q_heads, seq_len, head_dim, block_m, block_n = 1, 2, 50, 24, 16, 8
     q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=1, seq_len=seq_len, head_dim=head_dim,
                          seed=seed, device="cpu")
-    with own_work("tiled", "tiled_attention"), testing.ScoreProducts(head_dim) as counted:
-        out = gqa_flash.tiled_attention(q, k, v, causal=True, block_m=block_m, block_n=block_n)
+    reply = student().call("tiled_attention", q, k, v, causal=True, block_m=block_m, block_n=block_n,
+                           watch=own_work("tiled", "tiled_attention") | score_products(head_dim))
+    out, counted = reply.value, Counted(reply.seen)
+    assert_no_whole_matrix(reply.seen, q, block_m, block_n, case_context(seed, q, k, True, f"block_m={block_m}"))
     assert counted.products > 0, (
         "no tile of scores was computed with a matrix product: compute each one as q_tile @ k_tile^T "
         "(the @ operator or torch.matmul), as the kernel will with tl.dot")

@@ -1,0 +1,154 @@
+"""The executor's audit hook (PEP 578): what a graded call may not do, refused as it is tried.
+
+Installed once, before any graded module is imported (an audit hook cannot be
+removed), and strict only while a graded call runs (:func:`graded_call`). It
+refuses:
+
+* starting a thread or a process (``_thread.start_new_thread``, ``os.fork``,
+  ``os.system``, ``os.exec*``, ``os.posix_spawn``, ``subprocess.Popen``):
+  the guards watch one thread of one process; on a GPU, Triton's own compiler
+  runs (``ptxas`` and the C compiler, from Triton's code);
+* ``ctypes`` (a way to write any memory, the guards' included);
+* opening a file to write outside the private temporary folder, or to read
+  outside the executor's folder, the Python it runs on and ``/usr``;
+* importing, for the first time, a module graded code has no use for
+  (``ctypes``, ``subprocess``, ``socket``, ``importlib``...);
+* code in a graded file that sets an attribute of a class it did not define
+  (patching a guard, PyTorch's or Triton's classes).
+
+A refused event raises an ``IntegrityViolation`` where it was tried, and is
+remembered: the call's reply is that violation even if the student's code
+caught it. The sandbox (:mod:`gqa_flash.grader.isolation`) is the wall; this is
+the wall's second layer, for machines where the sandbox is thin.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from gqa_flash import layout
+
+PROCESS_EVENTS = ("os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile",
+                  "subprocess.Popen", "_thread.start_new_thread", "os.kill", "os.killpg", "signal.pthread_kill")
+DENIED_MODULES = ("ctypes", "_ctypes", "subprocess", "multiprocessing", "socket", "_socket", "importlib",
+                  "inspect", "gc", "_thread", "threading", "signal", "pickle", "marshal", "code", "pty", "mmap",
+                  "resource", "shutil", "asyncio", "concurrent", "ssl", "http", "urllib")
+
+
+class _State:
+    active = False  # a graded call is running
+    refused: list[str] = []  # what this call tried and was refused
+    readable: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()  # programs a graded call may start: Triton's compiler on a GPU
+    # The module names a graded file's classes have (gqa_flash.naive, gqa_flash._solutions.naive...).
+    graded_modules = frozenset(f"{p}.{m}" for p in ("gqa_flash", "gqa_flash._solutions") for m in layout.GRADED_MODULES)
+
+
+def _graded_frame():
+    """The innermost frame of a graded file on the stack, or None."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if os.path.basename(path) in layout.GRADED_FILES and os.path.basename(os.path.dirname(path)) in (
+                "gqa_flash", "solutions"):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _caller_is_graded() -> bool:
+    """Whether the code that caused the event is a graded file's own line (the import machinery skipped)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        frame = frame.f_back
+    return frame is not None and os.path.basename(frame.f_code.co_filename) in layout.GRADED_FILES
+
+
+def _refuse(what: str) -> None:
+    from gqa_flash.integrity import PREFIX, IntegrityViolation
+
+    graded = _graded_frame()
+    where = f"{os.path.basename(graded.f_code.co_filename)} line {graded.f_lineno}" if graded else "the graded call"
+    message = (f"{PREFIX}{where} {what}: graded code may not start threads or processes, use ctypes, read or write "
+               "files outside its folder, or patch classes, so this part scores 0")
+    _State.refused.append(message)
+    raise IntegrityViolation(message)
+
+
+def _inside(path: str, roots: tuple[str, ...]) -> bool:
+    path = os.path.realpath(path)
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _hook(event: str, args) -> None:
+    if not _State.active:
+        return
+    if event.startswith(PROCESS_EVENTS):
+        program = str(args[0]) if args else ""
+        if event == "subprocess.Popen" and _inside(program, _State.tools) or os.path.basename(program) in ("cc", "gcc"):
+            return
+        _refuse(f"tried {event}")
+    elif event.startswith("ctypes."):
+        _refuse(f"used ctypes ({event})")
+    elif event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        path = os.fsdecode(args[0])
+        mode = str(args[1]) if len(args) > 1 and args[1] is not None else "r"
+        flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+        writing = any(c in mode for c in "wax+") or flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+        if writing and (not _inside(path, _State.writable) or _inside(path, _State.readable)):
+            _refuse(f"opened {path} to write")
+        if not writing and not _inside(path, _State.readable + _State.writable):
+            _refuse(f"opened {path}")
+    elif event == "import" and args and _caller_is_graded():
+        name = str(args[0])
+        if name.split(".")[0] in DENIED_MODULES:
+            _refuse(f"imported {name}")
+    elif event == "object.__setattr__" and isinstance(args[0], type) and _caller_is_graded():
+        if str(getattr(args[0], "__module__", "")) not in _State.graded_modules:
+            _refuse(f"set {getattr(args[0], '__name__', '?')}.{args[1]}")
+
+
+SWITCH = "GQA_FLASH_AUDIT"  # "0": no hook (the grader's own tests of the layers beneath it)
+
+
+def install(tree: Path) -> None:
+    """Install the hook (once per process): reads allowed in tree, Python's folders and /usr; writes in the
+    temporary folder. Not with GQA_FLASH_AUDIT=0, which only the grader's environment can set."""
+    import triton
+
+    if os.environ.get(SWITCH) == "0":
+        return
+    python = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(os.path.realpath(
+        sys.executable)))}
+    python.update(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+    # Readable, never writable (the executor's folder may lie inside the temporary one); /dev/null is both.
+    from gqa_flash.grader.isolation import ETC_FILES
+
+    etc = [f"/etc/{name}" for name in ETC_FILES]  # what the sandbox shows of /etc, and no more
+    _State.readable = tuple(sorted({os.path.realpath(p) for p in (*python, str(tree), "/usr", "/proc/self",
+                                                                     "/dev/urandom", *etc)}))
+    _State.writable = (os.path.realpath(tempfile.gettempdir()), "/dev/null")
+    _State.tools = (os.path.realpath(os.path.dirname(triton.__file__)),)
+    sys.addaudithook(_hook)
+
+
+class graded_call:
+    """Context manager: the hook is strict inside; on the way out, a refusal the code swallowed is raised."""
+
+    def __enter__(self):
+        _State.refused = []
+        _State.active = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _State.active = False
+        if _State.refused:
+            from gqa_flash.integrity import IntegrityViolation
+
+            if not isinstance(exc, IntegrityViolation):
+                raise IntegrityViolation(_State.refused[0]) from None
+        return False

@@ -1,0 +1,268 @@
+"""The executor: the one process that runs a student's graded code, and sends back only tensors.
+
+``python -m gqa_flash.grader.executor`` is started by the judge
+(:mod:`gqa_flash.grader.calls`), in a sandbox where the machine has one
+(:mod:`gqa_flash.grader.isolation`), in a folder that holds the course's
+package with the student's graded files and nothing else: no tests, no
+``solutions/``, no results. It reads requests on its standard input and
+answers on its standard output, in :mod:`gqa_flash.grader.wire`'s format
+(no pickle either way); whatever the student's code prints goes to standard
+error. A request is one of
+
+* ``call``: an entry point (``naive_attention``, ``ring.ring_source``...), its
+  arguments, and what to watch while it runs (:func:`watching`): whose work it
+  is (``gqa_flash.integrity.own_work``), kernels only
+  (``gqa_flash.testing.kernel_only``), the score products counted, whole-row
+  reductions refused;
+* ``score_tiles``, ``probe`` and ``ring``: the course's own harnesses, run on
+  the student's module (the causal-skip count, notebook 04's probes of one
+  helper, ring attention on gloo processes).
+
+The reply is ``{"ok": True, "value": ..., "seen": {...}}`` or ``{"ok": False,
+"error": {...}, "seen": {...}}``: the value dense (plain tensors, numbers,
+tuples), the error as text with its kind. The judge decides everything from
+there; nothing here awards a point or writes a record. Whatever the student's
+code does to this process (patching the guards, exiting, crashing) it does to
+this process alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+
+ENTRIES = ("naive_attention", "online_softmax", "merge_softmax_states", "tiled_attention",
+           "flash_attention_forward", "flash_attention_backward", "flash_decode", "ring_attention")
+MODULE_ENTRIES = {"online_softmax": ("block_state",), "ring": ("ring_source", "block_pairs", "merge_blocks")}
+PROBES = ("gqa_flash.lab.checks.kernel_walk:load_tile_masked_lanes_problem",
+          "gqa_flash.lab.checks.kernel_walk:load_tile_offsets_problem",
+          "gqa_flash.lab.checks.kernel_parts:epilogue_offsets_problem")
+MESSAGE_CHARS = 2000
+
+
+def entry(name: str):
+    """The function a call names: a public entry point, or a graded module's own function ("ring.block_pairs")."""
+    import gqa_flash
+    from gqa_flash import impl
+
+    module, _, function = name.rpartition(".")
+    if not module and name in ENTRIES:
+        return getattr(gqa_flash, name)
+    if function in MODULE_ENTRIES.get(module, ()):
+        return getattr(impl.load(module), function)
+    raise ValueError(f"the executor runs no entry point {name!r}")
+
+
+# Reductions, by ATen name: what online_softmax may not take over more than block_size columns at once.
+REDUCTIONS = {"amax", "amin", "max", "min", "sum", "nansum", "mean", "prod", "logsumexp", "_softmax", "_log_softmax",
+              "softmax", "log_softmax", "cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "norm",
+              "linalg_vector_norm", "std", "var", "aminmax", "sort", "topk", "kthvalue", "median", "mode"}
+
+
+def _reduced(func, args, kwargs) -> int:
+    """How many elements one result of a reduction op combines: the product of the sizes of the dimensions it
+    reduces (all of them when it names none)."""
+    import torch
+
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if x is None or x.dim() == 0:
+        return 1
+    dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    if isinstance(dims, int):
+        dims = [dims]
+    if not isinstance(dims, (list, tuple)) or not dims:
+        return x.numel()
+    return math.prod(x.shape[d] for d in dims if isinstance(d, int) and -x.dim() <= d < x.dim())
+
+
+def whole_rows_mode(n: int, block_size: int):
+    """A dispatch mode (it sees every ATen op, however it was called: a method, a view, a reshape into blocks)
+    that refuses any reduction combining more than block_size elements, when rows are n > block_size long."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class WholeRows(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = func.overloadpacket.__name__
+            if n > block_size and name in REDUCTIONS and _reduced(func, args, kwargs) > block_size:
+                raise AssertionError(
+                    f"online_softmax took {name} over {_reduced(func, args, kwargs)} values at once (rows of {n} "
+                    f"columns); it must read them block_size={block_size} columns at a time, keeping only the "
+                    "running (m, l)")
+            return func(*args, **kwargs)
+
+    return WholeRows()
+
+
+class Largest:
+    """A dispatch mode that keeps the most elements any floating-point result of an op held (every op, also
+    those run by a broadcast multiply and a sum, which no matrix-product count sees)."""
+
+    def __new__(cls):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Mode(TorchDispatchMode):
+            largest = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in out if isinstance(out, (tuple, list)) else (out,):
+                    if isinstance(t, torch.Tensor) and t.is_floating_point():
+                        self.largest = max(self.largest, t.numel())
+                return out
+
+        return Mode()
+
+
+@contextlib.contextmanager
+def watching(watch: dict, seen: dict):
+    """The guards a call runs under, outermost first; what they counted goes into ``seen`` as it ends."""
+    from gqa_flash import integrity, testing
+
+    launches = counted = largest = None
+    with contextlib.ExitStack() as stack:
+        if "kernel_only" in watch:  # kernel_only holds the part to its own work too
+            what, part = watch["kernel_only"]
+            launches = stack.enter_context(testing.kernel_only(str(what), part=part))
+        elif "own_work" in watch:
+            part, what = watch["own_work"]
+            stack.enter_context(integrity.own_work(str(part), str(what)))
+        if "score_products" in watch:
+            counted = stack.enter_context(testing.ScoreProducts(int(watch["score_products"])))
+            largest = stack.enter_context(Largest())
+        if "whole_rows" in watch:
+            stack.enter_context(whole_rows_mode(*(int(x) for x in watch["whole_rows"])))
+        try:
+            yield
+        finally:
+            if launches is not None:
+                seen["launches"] = launches.count
+            if counted is not None:
+                seen.update(products=counted.products, elements=counted.elements, largest=list(counted.largest))
+            if largest is not None:
+                seen["largest_output"] = largest.largest
+
+
+def dense(value):
+    """``value`` with every plain tensor made a contiguous CPU copy: run inside the watches, so that a result
+    whose values are computed only when read is computed under them too."""
+    import torch
+
+    if type(value) is torch.Tensor:
+        return value.detach().to("cpu").contiguous()
+    if type(value) in (list, tuple):
+        return type(value)(dense(v) for v in value)
+    return value
+
+
+def where(exc: BaseException) -> str | None:
+    """Where a graded file raised it: "naive.py, line 40" (the deepest frame in one), or None."""
+    from gqa_flash import layout
+
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = Path(frame.filename)
+        if path.name in layout.GRADED_FILES and path.parent.name in ("gqa_flash", "solutions"):
+            found = f"{path.name}, line {frame.lineno}"
+    return found
+
+
+def error(exc: BaseException) -> dict:
+    """What the judge is told of an exception: its kind, its type's name, its message, where."""
+    from gqa_flash import integrity, testing
+
+    found = integrity.unwrap(exc)
+    if found is not None:
+        kind = "integrity" if integrity.is_violation(found) else "address"
+        return {"kind": kind, "type": "AssertionError", "message": str(found)[:MESSAGE_CHARS]}
+    if isinstance(exc, testing.KernelOnlyViolation):
+        return {"kind": "kernel_only", "type": "AssertionError", "message": str(exc)[:MESSAGE_CHARS]}
+    reply = {"kind": "raised", "type": type(exc).__name__, "message": str(exc)[:MESSAGE_CHARS], "where": where(exc)}
+    if isinstance(exc, SyntaxError):
+        reply.update(file=Path(exc.filename or "?").name, line=exc.lineno or 0, text=str(exc.msg)[:300])
+    return reply
+
+
+def handle(request: dict) -> dict:
+    """One request's reply (never raises for the student's code: that is the reply's error)."""
+    from gqa_flash import runtime
+    from gqa_flash.grader import audit
+
+    op, seen = request.get("op"), {}
+    try:
+        if op == "call":
+            with audit.graded_call(), watching(request.get("watch") or {}, seen):
+                value = dense(entry(str(request["entry"]))(*request.get("args", ()), **request.get("kwargs", {})))
+            return {"ok": True, "value": value, "seen": seen}
+        if op == "score_tiles":
+            from gqa_flash import testing
+
+            with audit.graded_call() if runtime.INTERPRETER else contextlib.nullcontext():
+                counts, config = testing.score_tiles_per_program(**request["kwargs"])
+            return {"ok": True, "value": [counts, dict(config)], "seen": seen}
+        if op == "probe":
+            from gqa_flash.lab.checks import probes
+
+            if request["function"] not in PROBES:
+                raise ValueError(f"the executor runs no probe {request['function']!r}")
+            with audit.graded_call() if runtime.INTERPRETER else contextlib.nullcontext():  # a GPU: in a child
+                return {"ok": True, "value": probes.in_interpreter(request["function"]), "seen": seen}
+        if op == "ring":
+            return {"ok": True, "value": ring(int(request["world_size"]), request["cases"]), "seen": seen}
+        raise ValueError(f"the executor has no request {op!r}")
+    except BaseException as exc:  # the student's code raised (or exited): the judge reads what and where
+        return {"ok": False, "error": error(exc), "seen": seen}
+
+
+def ring(world_size: int, cases: list) -> list:
+    """ring_attention on ``world_size`` gloo processes (each one runs the student's ring.py under own_work):
+    per rank, ["ok", [(O shard, LSE shard) per case]] or ["error", message]."""
+    from gqa_flash.lab import ring_run
+
+    results = ring_run.run_on_cpu(ring_run.ring_cases, world_size, cases, True, timeout_s=30)
+    return [[status, dense(value) if status == "ok" else str(value)[:MESSAGE_CHARS]] for status, value in results]
+
+
+def main() -> int:
+    from gqa_flash.grader import wire
+
+    # The replies get the real standard output; print() in the student's code goes to standard error.
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    import torch  # noqa: F401  (before any request: its import is no call's time)
+
+    import gqa_flash  # noqa: F401
+    from gqa_flash import integrity
+
+    integrity.warm_up()
+    from gqa_flash.grader import audit
+
+    audit.install(Path.cwd())  # before any graded module is imported: no graded code runs without it
+    wire.send(replies, {"ok": True, "ready": os.getpid()})
+    while True:
+        try:
+            request = wire.recv(requests)
+        except EOFError:
+            return 0
+        except Exception as e:  # arguments this machine cannot hold (a GPU tensor here, say): that call fails
+            wire.send(replies, {"ok": False, "error": error(e)})
+            continue
+        reply = handle(request if isinstance(request, dict) else {})
+        try:
+            wire.send(replies, reply, dense=True)
+        except wire.WireError as e:  # a value the wire cannot carry: the call fails, the executor goes on
+            wire.send(replies, {"ok": False, "error": {"kind": "raised", "type": "TypeError",
+                                                       "message": f"the result could not be sent back: {e}"}})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

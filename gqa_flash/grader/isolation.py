@@ -1,0 +1,183 @@
+"""How the executor is shut away from everything but its own folder: bubblewrap, another user, or nothing.
+
+The executor runs the student's code (:mod:`gqa_flash.grader.executor`). It
+must not reach the judge's records, the course's ``solutions/``, another
+submission, the network or another process. Three ways, the first the machine
+allows (``GQA_FLASH_ISOLATION`` picks one by name):
+
+``bwrap``
+    bubblewrap (Debian's ``bubblewrap``): new user, PID, network, IPC and mount
+    namespaces, all capabilities dropped, user id 65534. The file system holds
+    only ``/usr`` (and its links ``/bin``, ``/lib``...), a few files of ``/etc``,
+    the Python the grader runs (its prefixes and ``site-packages``), the
+    executor's folder read-only, and a private ``/tmp``; ``/proc`` shows its
+    own processes only. Works as root in a container and, where the kernel
+    lets users make namespaces, as a normal user on a laptop.
+``user``
+    where bubblewrap cannot run (Gradescope's containers forbid namespaces)
+    and the grader runs as root: the executor runs as the user named by
+    ``GQA_FLASH_EXECUTOR_USER`` (default ``gqa-flash-executor``, which the
+    Gradescope bundle's ``setup.sh`` creates), who cannot read what root keeps
+    to itself (the results, the course's own copy).
+``none``
+    neither: the executor is still a process of its own (its code cannot
+    rewrite a verdict in memory), but it runs as the grader's user and can read
+    and write what that user can. Every output of the grader says so.
+
+Resource limits apply in every case: CPU time, file size, no core dumps, and
+address space where no GPU is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pwd
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+KINDS = ("bwrap", "user", "none")
+VARIABLE = "GQA_FLASH_ISOLATION"  # auto (the default), bwrap, user or none
+USER_VARIABLE = "GQA_FLASH_EXECUTOR_USER"
+DEFAULT_USER = "gqa-flash-executor"
+SANDBOX_UID = 65534  # nobody
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime",
+             "alternatives")
+
+
+def requested() -> str:
+    choice = os.environ.get(VARIABLE, "auto").strip().lower() or "auto"
+    if choice not in (*KINDS, "auto"):
+        raise ValueError(f"{VARIABLE} must be auto, {', '.join(KINDS)}; got {choice!r}")
+    return choice
+
+
+def choose(choice: str | None = None) -> str:
+    """The isolation the executor gets here: the one asked for (an error if it cannot run), or the best."""
+    choice = choice or requested()
+    if choice == "auto":
+        return "bwrap" if bwrap_works() else "user" if user_works() else "none"
+    if choice == "bwrap" and not bwrap_works():
+        raise RuntimeError(f"{VARIABLE}=bwrap, but bubblewrap does not run here ({bwrap_problem()})")
+    if choice == "user" and not user_works():
+        raise RuntimeError(f"{VARIABLE}=user needs root and a user {executor_user()!r}")
+    return choice
+
+
+def describe(kind: str) -> str:
+    """A line for the table, the CSV and the summary."""
+    return {"bwrap": "sandboxed (bubblewrap: namespaces, no network, its own folder only)",
+            "user": f"run as the user {executor_user()} (no bubblewrap here)",
+            "none": "NOT ISOLATED: the student's code ran as the grader's user, able to read and write what it "
+                    "can (install bubblewrap, or grade as root with the user gqa-flash-executor)"}[kind]
+
+
+def executor_user() -> str:
+    return os.environ.get(USER_VARIABLE, DEFAULT_USER)
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_problem() -> str | None:
+    """None when bubblewrap starts a Python in the sandbox here, else why not."""
+    if shutil.which("bwrap") is None:
+        return "no bwrap on PATH (apt-get install bubblewrap)"
+    try:
+        done = subprocess.run([*bwrap_prefix(Path(sys.prefix)), sys.executable, "-c", "pass"], capture_output=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    return None if done.returncode == 0 else done.stderr.decode(errors="replace").strip()[-300:] or "it failed"
+
+
+def bwrap_works() -> bool:
+    return bwrap_problem() is None
+
+
+def user_works() -> bool:
+    if os.geteuid() != 0:
+        return False
+    try:
+        pwd.getpwnam(executor_user())
+    except KeyError:
+        return False
+    return True
+
+
+def _python_dirs() -> list[Path]:
+    """Where the running Python lives: its prefixes and every site-packages on its path."""
+    dirs = {Path(sys.base_prefix), Path(sys.prefix), Path(os.path.realpath(sys.executable)).parent.parent}
+    dirs.update(Path(p) for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages")))
+    dirs = sorted(d.resolve() for d in dirs if d.is_dir())
+    return [d for d in dirs if not any(o != d and o in d.parents for o in dirs) and d != Path("/")]
+
+
+def bwrap_prefix(tree: Path) -> list[str]:
+    """bubblewrap's command line up to the program: the namespaces and the file system (see the docstring)."""
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/") / top
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    for name in ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for d in _python_dirs():
+        if not str(d).startswith("/usr/"):
+            args += ["--ro-bind", str(d), str(d)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for dev in sorted(Path("/dev").glob("nvidia*")):  # a GPU, where there is one
+        args += ["--dev-bind", str(dev), str(dev)]
+    tree = Path(tree).resolve()
+    return [*args, "--ro-bind", str(tree), str(tree), "--chdir", str(tree)]
+
+
+def command(kind: str, tree: Path) -> list[str]:
+    """The command line that starts the executor on ``tree`` (the folder holding its ``gqa_flash``)."""
+    python = [sys.executable, "-m", "gqa_flash.grader.executor"]
+    return [*bwrap_prefix(tree), *python] if kind == "bwrap" else python
+
+
+def environment(tree: Path, kind: str, base: dict[str, str]) -> dict[str, str]:
+    """The executor's environment: a few variables, none that leads to the course or the judge."""
+    keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "GQA_FLASH_IMPL",
+            "GQA_FLASH_GRADE_RUN",  # the grader's mark: it finds and kills whatever a run left behind
+            "GQA_FLASH_AUDIT",  # "0" only in the grader's own tests of what lies beneath the audit hook
+            "GQA_FLASH_SEED", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+    env = {k: base[k] for k in keep if k in base}
+    private = "/tmp" if kind == "bwrap" else base.get("TMPDIR", "/tmp")
+    env.update(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", HOME=private, TMPDIR=private,
+               PYTHONNOUSERSITE="1", PATH=base.get("PATH", "/usr/bin:/bin"))
+    return env
+
+
+def limits(kind: str, *, cpu_s: int, file_mb: float, memory_gb: float | None):
+    """A preexec_fn: the executor's resource limits, and (``user``) its user."""
+    def apply() -> None:
+        os.setsid()
+        for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, cpu_s),
+                             (resource.RLIMIT_FSIZE, int(file_mb * 2**20)),
+                             (resource.RLIMIT_AS, int(memory_gb * 2**30) if memory_gb else None)):
+            if value is not None:
+                _limit(which, value)
+        if kind == "user":
+            entry = pwd.getpwnam(executor_user())
+            os.setgroups([])
+            os.setgid(entry.pw_gid)
+            os.setuid(entry.pw_uid)
+
+    return apply
+
+
+def _limit(which, value: int) -> None:
+    soft, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    try:
+        resource.setrlimit(which, (value, value))
+    except (ValueError, OSError):  # a container that forbids it: run anyway
+        pass

@@ -1,0 +1,175 @@
+"""The judge apart: what crosses between the judge and the executor, and what the executor's death costs.
+
+The wire (gqa_flash/grader/wire.py) carries a tensor to the executor as the view it is (strides, offset, the
+NaN padding past a view), and back only as a dense tensor of a stated shape and dtype, built from bytes: no
+pickle, no object of the student's. A crash, an exit or a hang in the executor fails the one call it happened
+in, and the next call gets a fresh executor. The audit hook refuses what graded code never needs, even when
+the code catches the refusal.
+"""
+
+import signal
+import struct
+import textwrap
+
+import pytest
+import torch
+
+from gqa_flash import testing
+from gqa_flash.grader import calls, isolation, wire
+from gqa_flash.integrity import IntegrityViolation
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "bnhd", "strided", "padded"])
+def test_a_view_reaches_the_executor_as_the_view_it_is(layout):
+    q, k, v = testing.random_qkv(layout=layout, seed=3, device="cpu")
+    got = wire.decode(wire.encode([q, (k, v), {"n": 3, "x": float("nan")}, torch.float16, None]))
+    assert got[0].stride() == q.stride() and got[0].storage_offset() == q.storage_offset()
+    assert torch.equal(got[0].nan_to_num(), q.nan_to_num()) and torch.equal(got[1][1], v)
+    assert got[0].untyped_storage().nbytes() == q.untyped_storage().nbytes()  # the padding travels too
+    assert got[2]["n"] == 3 and got[2]["x"] != got[2]["x"] and got[3] is torch.float16 and got[4] is None
+
+
+def test_a_reply_holds_dense_tensors_and_the_names_of_anything_else():
+    class Sneaky(torch.Tensor):
+        pass
+
+    value = [torch.arange(6.0).view(2, 3).t(), torch.zeros(2).as_subclass(Sneaky), object(), (1, "a")]
+    got = wire.decode(wire.encode(value, dense=True), dense=True)
+    assert torch.equal(got[0], value[0]) and got[0].is_contiguous() and type(got[0]) is torch.Tensor
+    assert type(got[1]).__name__ == "Sneaky" and isinstance(got[1], wire.Foreign)
+    assert type(got[2]).__name__ == "object" and got[3] == (1, "a")
+
+
+def test_the_judge_refuses_a_reply_that_is_not_dense_or_not_whole():
+    view = wire.encode([torch.zeros(3)])  # a view, as the judge sends: not what a reply may hold
+    with pytest.raises(wire.WireError, match="dense"):
+        wire.decode(view, dense=True)
+    whole = wire.encode(torch.zeros(4), dense=True)
+    with pytest.raises(wire.WireError):
+        wire.decode(whole[:-4], dense=True)  # a tensor longer than its message
+    header = b'{"$t": 0, "dtype": "float32", "shape": [1000000000, 1000000000]}'
+    with pytest.raises(wire.WireError, match="larger"):
+        wire.decode(struct.pack("<Q", len(header)) + header, dense=True)
+    header = b'{"$t": 0, "dtype": "object", "shape": [1]}'
+    with pytest.raises(wire.WireError, match="dtype"):
+        wire.decode(struct.pack("<Q", len(header)) + header, dense=True)
+
+
+def test_bubblewrap_exit_codes_read_as_signals():
+    assert "SIGSEGV" in calls.death(128 + signal.SIGSEGV) and "SIGSEGV" in calls.death(-signal.SIGSEGV)
+    assert "exit code 3" in calls.death(3) and "os._exit" in calls.death(3)
+
+
+@pytest.fixture(scope="module")
+def executor(tmp_path_factory):
+    """An executor on a course folder whose naive.py misbehaves on request (by its inputs' first value)."""
+    from gqa_flash.grader import sandbox
+
+    tree = tmp_path_factory.mktemp("executor")
+    course = sandbox.snapshot()
+    sandbox.build_executor(course, tree, {"naive.py": textwrap.dedent('''
+        import torch
+
+
+        def naive_attention(q, k, v, causal=True, sm_scale=None):
+            what = int(q.flatten()[0])
+            if what == 1:
+                raise ValueError("q is wrong")
+            if what == 2:
+                import ctypes
+                ctypes.string_at(0)
+            if what == 3:
+                import os
+                os._exit(3)
+            if what == 4:
+                while True:
+                    pass
+            if what == 5:
+                try:
+                    open("/etc/hostname-of-the-grader", "w")
+                except Exception:
+                    pass
+            if what == 9:
+                raise SystemExit(3)
+            return q * 2
+        ''').encode()})
+    ex = calls.Executor(tree=tree, kind="bwrap" if isolation.bwrap_works() else "none", impl="student")
+    yield ex
+    ex.stop()
+
+
+def _q(what):
+    q = torch.zeros(1, 1, 2, 4)
+    q[0, 0, 0, 0] = what
+    return q
+
+
+def test_the_students_exception_comes_back_as_itself_with_its_line(executor):
+    with pytest.raises(ValueError, match="q is wrong") as info:
+        executor.call("naive_attention", _q(1), _q(0), _q(0))
+    assert info.value.student_where == "naive.py, line 8"
+    with pytest.raises(calls.StudentRaised, match="SystemExit"):  # sys.exit is an exception like any other
+        executor.call("naive_attention", _q(9), _q(0), _q(0))
+    assert torch.equal(executor.call("naive_attention", _q(6), _q(0), _q(0)).value, _q(6) * 2)
+
+
+def test_ctypes_is_refused_and_a_crash_costs_one_call(executor):
+    with pytest.raises(IntegrityViolation, match="line 11 used ctypes"):
+        executor.call("naive_attention", _q(2), _q(0), _q(0))
+    with pytest.raises(calls.StudentCrash, match="exit code 3"):
+        executor.call("naive_attention", _q(3), _q(0), _q(0))
+    assert torch.equal(executor.call("naive_attention", _q(7), _q(0), _q(0)).value, _q(7) * 2)  # a fresh one
+
+
+def test_a_refusal_the_code_caught_still_fails_the_call(executor):
+    with pytest.raises(IntegrityViolation, match="to write"):
+        executor.call("naive_attention", _q(5), _q(0), _q(0))
+
+
+@pytest.mark.timeout(60)
+def test_a_hang_is_stopped_by_the_judges_limit_and_the_executor_replaced(executor):
+    def alarm(signum, frame):
+        raise TimeoutError("the judge's limit")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(3)
+    try:
+        with pytest.raises(TimeoutError):
+            executor.call("naive_attention", _q(4), _q(0), _q(0))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert executor.proc is None  # killed: its state is no longer to be trusted
+    assert torch.equal(executor.call("naive_attention", _q(8), _q(0), _q(0)).value, _q(8) * 2)
+
+
+def test_bubblewrap_runs_here_in_ci():
+    """CI installs bubblewrap (make test does): the sandbox must then really run, not fall back silently."""
+    import os
+
+    if not os.environ.get("CI"):
+        pytest.skip("outside CI a machine may lack bubblewrap: the grader then says NOT ISOLATED")
+    assert isolation.bwrap_works(), isolation.bwrap_problem()
+    assert isolation.choose("auto") == "bwrap"
+
+
+@pytest.mark.timeout(300)
+def test_grading_without_isolation_says_so_everywhere(tmp_path, monkeypatch, capsys):
+    """Where no sandbox runs, the table, Gradescope's output, the CSV's isolation column and the batch's summary
+    say NOT ISOLATED; never silently."""
+    import csv
+
+    from gqa_flash import impl
+    from gqa_flash.grader import grade
+    from gqa_flash.testing import folder
+
+    monkeypatch.setenv("GQA_FLASH_ISOLATION", "none")
+    subs = [folder(tmp_path, name, {"naive.py": (impl.SOLUTIONS_DIR / "naive.py").read_text()}) for name in "ab"]
+    book = tmp_path / "grades.csv"
+    assert grade.main([*map(str, subs), "--only", "naive", "--csv", str(book), "--jobs", "2",
+                       "--workdir", str(tmp_path)]) == 0
+    assert "NOT ISOLATED" in capsys.readouterr().out  # the summary
+    rows = list(csv.DictReader(book.open()))
+    assert [r["isolation"] for r in rows] == ["none", "none"] and all(r["score"] == "20" for r in rows)
+    report = grade.grade(subs[0], only={"naive"}, workdir=tmp_path)
+    assert "NOT ISOLATED" in grade.table(report) and "NOT ISOLATED" in report.summary()
