@@ -26,10 +26,11 @@ name; every Triton launch (and, in the interpreter, every call of a
 interpreted dot, load and store looks at the stack too (a fast helper run as
 plain Python, ``.fn``). The switches that turn PyTorch's modes off are refused
 while it runs, and so, in the interpreter, is starting a thread (the modes are
-per thread). What it cannot stop: a submission written to defeat it (it runs in
-the tests' own process, and can patch this module, or bind a switch before the
-test starts); docs/instructors.md, "What the grader does not stop"; the grader flags such
-names for review.
+per thread). It runs in the executor (gqa_flash.grader.executor), beside the
+student's code, which could patch it there; the static gate (gqa_flash.grader.gate)
+refuses every line that could, and a patched guard changes no verdict: the
+judge compares the outputs in a process of its own (docs/instructors.md, "What
+the grader does not stop").
 """
 
 from __future__ import annotations

@@ -110,7 +110,9 @@ class kernel_only:
         graded = self._guards[0].file if self.part else None
         frame = sys._getframe(2)
         while graded is not None and frame is not None and frame.f_code not in self._launch_codes:
-            if _resolved(frame.f_code.co_filename) == graded:
+            name = frame.f_code.co_filename
+            # The graded file, or code made from a string at run time (which no gate read)
+            if _resolved(name) == graded or (name.startswith("<") and not name.startswith("<frozen")):
                 return True
             frame = frame.f_back
         return False
@@ -136,7 +138,13 @@ class kernel_only:
         class OnlyLauncherOps(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = func.overloadpacket.__name__
-                if name not in _LAUNCHER_OPS and (not guard._inside_triton or guard._student_inside_launch()):
+                if name not in _LAUNCHER_OPS and guard._inside_triton and guard._student_inside_launch():
+                    # PyTorch computed by the student's code inside a launch (a grid callable, a hook, the body
+                    # run as Python): never an honest kernel's, so whose work it is, not only where it ran
+
+                    raise guard._guards[0]._violation(guard._guards[0]._graded_frame(sys._getframe(1)),
+                                                      f"computed with PyTorch's aten.{name} inside a Triton launch")
+                if name not in _LAUNCHER_OPS and not guard._inside_triton:
                     guard._refuse(f"torch op aten.{name}")
                 return func(*args, **(kwargs or {}))
 

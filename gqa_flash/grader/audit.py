@@ -38,6 +38,20 @@ DENIED_MODULES = ("ctypes", "_ctypes", "subprocess", "multiprocessing", "socket"
                   "resource", "shutil", "asyncio", "concurrent", "ssl", "http", "urllib")
 
 
+# The course's answers, as modules: a graded file importing one (not yet loaded) is refused here, before any
+# of its code runs (the own-work guard sees only what reaches PyTorch or Triton).
+ANSWERS = ("gqa_flash.fast", "gqa_flash.lab", "gqa_flash.reference", "gqa_flash._solutions", "gqa_flash.grader")
+COMPILERS = ("cc", "gcc", "clang", "c++", "g++")
+
+
+def _a_tool(program) -> bool:
+    """A program Triton starts to compile for a GPU: one of its own (ptxas), or the system's C compiler (by its
+    real path under /usr, so a link named gcc to anything else is not one)."""
+    real = os.path.realpath(str(program))
+    return _inside(real, _State.tools) or (real.startswith("/usr/") and os.path.basename(real).split("-")[0]
+                                           in COMPILERS)
+
+
 class _State:
     active = False  # a graded call is running
     refused: list[str] = []  # what this call tried and was refused
@@ -48,24 +62,33 @@ class _State:
     graded_modules = frozenset(f"{p}.{m}" for p in ("gqa_flash", "gqa_flash._solutions") for m in layout.GRADED_MODULES)
 
 
+def is_students(filename: str) -> bool:
+    """Whether code from this file is the student's: a graded file, or code with no file of its own (made
+    from a string at run time, "<string>": the gate never read it, so it counts as the student's too; the
+    import machinery's frozen frames aside)."""
+    if filename.startswith("<"):
+        return not filename.startswith("<frozen")
+    return os.path.basename(filename) in layout.GRADED_FILES and os.path.basename(
+        os.path.dirname(filename)) in ("gqa_flash", "solutions")
+
+
 def _graded_frame():
     """The innermost frame of a graded file on the stack, or None."""
     frame = sys._getframe(2)
     while frame is not None:
-        path = frame.f_code.co_filename
-        if os.path.basename(path) in layout.GRADED_FILES and os.path.basename(os.path.dirname(path)) in (
-                "gqa_flash", "solutions"):
+        if is_students(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith("<"):
             return frame
         frame = frame.f_back
     return None
 
 
 def _caller_is_graded() -> bool:
-    """Whether the code that caused the event is a graded file's own line (the import machinery skipped)."""
+    """Whether the code that caused the event is the student's own line (the import machinery skipped)."""
     frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
+                                 or f"{os.sep}ctypes{os.sep}" in frame.f_code.co_filename):
         frame = frame.f_back
-    return frame is not None and os.path.basename(frame.f_code.co_filename) in layout.GRADED_FILES
+    return frame is not None and is_students(frame.f_code.co_filename)
 
 
 def _refuse(what: str) -> None:
@@ -88,11 +111,10 @@ def _hook(event: str, args) -> None:
     if not _State.active:
         return
     if event.startswith(PROCESS_EVENTS):
-        program = str(args[0]) if args else ""
-        if event == "subprocess.Popen" and _inside(program, _State.tools) or os.path.basename(program) in ("cc", "gcc"):
-            return
+        if event == "subprocess.Popen" and _State.tools and args and _a_tool(args[0]):
+            return  # Triton compiling for a GPU: its ptxas, the system's C compiler
         _refuse(f"tried {event}")
-    elif event.startswith("ctypes."):
+    elif event.startswith("ctypes.") and _caller_is_graded():
         _refuse(f"used ctypes ({event})")
     elif event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
         path = os.fsdecode(args[0])
@@ -105,7 +127,7 @@ def _hook(event: str, args) -> None:
             _refuse(f"opened {path}")
     elif event == "import" and args and _caller_is_graded():
         name = str(args[0])
-        if name.split(".")[0] in DENIED_MODULES:
+        if name.split(".")[0] in DENIED_MODULES or name.startswith(ANSWERS):
             _refuse(f"imported {name}")
     elif event == "object.__setattr__" and isinstance(args[0], type) and _caller_is_graded():
         if str(getattr(args[0], "__module__", "")) not in _State.graded_modules:
@@ -132,8 +154,32 @@ def install(tree: Path) -> None:
     _State.readable = tuple(sorted({os.path.realpath(p) for p in (*python, str(tree), "/usr", "/proc/self",
                                                                      "/dev/urandom", *etc)}))
     _State.writable = (os.path.realpath(tempfile.gettempdir()), "/dev/null")
-    _State.tools = (os.path.realpath(os.path.dirname(triton.__file__)),)
+    from gqa_flash import runtime
+
+    # Triton's compiler runs only for a GPU: in the interpreter no process at all may start.
+    _State.tools = () if runtime.INTERPRETER else (os.path.realpath(os.path.dirname(triton.__file__)),)
+    _guard_threads()
     sys.addaudithook(_hook)
+
+
+def _guard_threads() -> None:
+    """Python raises no audit event when a thread starts: refuse at the source, during a graded call."""
+    import _thread
+    import threading
+
+    def refusing(start):
+        def guarded(*args, **kwargs):
+            if _State.active:
+                _refuse("started a thread")
+            return start(*args, **kwargs)
+        return guarded
+
+    for name in ("start_new_thread", "start_new", "start_joinable_thread"):
+        if hasattr(_thread, name):
+            setattr(_thread, name, refusing(getattr(_thread, name)))
+    for name in ("_start_new_thread", "_start_joinable_thread"):
+        if hasattr(threading, name):
+            setattr(threading, name, refusing(getattr(threading, name)))
 
 
 class graded_call:

@@ -122,7 +122,11 @@ class Executor:
     def _ensure_ready(self) -> None:
         self.start()
         if not self._ready:
-            self._read()  # its greeting: the course is imported, the audit hook installed
+            try:
+                self._read()  # its greeting: the course is imported, the audit hook installed
+            except StudentCrash:
+                raise StudentCrash(f"the process that runs the student's code could not start ({self.kind} "
+                                   f"isolation): {self.stderr_tail(400)}") from None
             self._ready = True
 
     def stop(self) -> None:

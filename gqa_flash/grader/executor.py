@@ -63,6 +63,22 @@ REDUCTIONS = {"amax", "amin", "max", "min", "sum", "nansum", "mean", "prod", "lo
               "linalg_vector_norm", "std", "var", "aminmax", "sort", "topk", "kthvalue", "median", "mode"}
 
 
+# Reductions in disguise: ops that combine many values into one but are not named as reductions (a pool, a
+# convolution with ones, a product with a column of ones, a scatter into one slot). online_softmax never needs
+# one; on rows longer than its block each is refused outright. (Matched by the ATen name, or a part of it.)
+DISGUISED = {"mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "linear", "einsum",
+             "tensordot", "_scaled_mm", "embedding_bag", "_embedding_bag", "index_add", "index_reduce",
+             "segment_reduce", "histc", "histogram", "bincount", "trapz", "trapezoid", "bucketize", "searchsorted",
+             "scatter_add", "scatter_reduce"}
+DISGUISED_PARTS = ("pool", "conv", "fft", "loss", "entropy", "kl_div", "nll")
+
+
+def _disguised(name: str, kwargs) -> bool:
+    if name in DISGUISED or any(part in name for part in DISGUISED_PARTS):
+        return True
+    return name.startswith("index_put") and bool(kwargs.get("accumulate"))
+
+
 def _reduced(func, args, kwargs) -> int:
     """How many elements one result of a reduction op combines: the product of the sizes of the dimensions it
     reduces (all of them when it names none)."""
@@ -93,6 +109,11 @@ def whole_rows_mode(n: int, block_size: int):
                     f"online_softmax took {name} over {_reduced(func, args, kwargs)} values at once (rows of {n} "
                     f"columns); it must read them block_size={block_size} columns at a time, keeping only the "
                     "running (m, l)")
+            if n > block_size and _disguised(name, kwargs):
+                raise AssertionError(
+                    f"online_softmax ran {name}, which combines many values at once (a reduction in another "
+                    f"name); it must read rows of {n} columns block_size={block_size} at a time with max, exp and "
+                    "sum, keeping only the running (m, l)")
             return func(*args, **kwargs)
 
     return WholeRows()
@@ -100,20 +121,37 @@ def whole_rows_mode(n: int, block_size: int):
 
 class Largest:
     """A dispatch mode that keeps the most elements any floating-point result of an op held (every op, also
-    those run by a broadcast multiply and a sum, which no matrix-product count sees)."""
+    those run by a broadcast multiply and a sum, which no matrix-product count sees), and the largest result of
+    an elementwise op that broadcast its inputs into more numbers than each of them held: an outer product,
+    scores computed without a matrix product (honest tile code broadcasts only into a tensor it already has)."""
 
-    def __new__(cls):
+    def __new__(cls, head_dim: int):
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
 
         class Mode(TorchDispatchMode):
             largest = 0
+            broadcast = 0
+            scores = [0, 0, 0, 0]  # reductions over the head dim (a multiply and a sum): n, elements, rows, keys
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
+                name = func.overloadpacket.__name__
+                x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+                if name in REDUCTIONS and x is not None and x.dim() >= 2 and isinstance(out, torch.Tensor):
+                    dims = (kwargs or {}).get("dim", args[1] if len(args) > 1 else None)
+                    dims = [dims] if isinstance(dims, int) else list(dims) if isinstance(dims, (list, tuple)) else []
+                    if any(isinstance(d, int) and x.shape[d] == head_dim for d in dims):
+                        rows, keys = tuple(out.shape[-2:]) if out.dim() >= 2 else (1, out.numel())
+                        self.scores = [self.scores[0] + 1, self.scores[1] + out.numel(),
+                                       max(self.scores[2], rows), max(self.scores[3], keys)]
                 for t in out if isinstance(out, (tuple, list)) else (out,):
                     if isinstance(t, torch.Tensor) and t.is_floating_point():
                         self.largest = max(self.largest, t.numel())
+                        if torch.Tag.pointwise in func.tags:
+                            inputs = [a.numel() for a in args if isinstance(a, torch.Tensor)]
+                            if len(inputs) >= 2 and t.numel() > max(inputs):
+                                self.broadcast = max(self.broadcast, t.numel())
                 return out
 
         return Mode()
@@ -134,7 +172,7 @@ def watching(watch: dict, seen: dict):
             stack.enter_context(integrity.own_work(str(part), str(what)))
         if "score_products" in watch:
             counted = stack.enter_context(testing.ScoreProducts(int(watch["score_products"])))
-            largest = stack.enter_context(Largest())
+            largest = stack.enter_context(Largest(int(watch["score_products"])))
         if "whole_rows" in watch:
             stack.enter_context(whole_rows_mode(*(int(x) for x in watch["whole_rows"])))
         try:
@@ -145,7 +183,11 @@ def watching(watch: dict, seen: dict):
             if counted is not None:
                 seen.update(products=counted.products, elements=counted.elements, largest=list(counted.largest))
             if largest is not None:
-                seen["largest_output"] = largest.largest
+                seen["largest_output"], seen["broadcast_output"] = largest.largest, largest.broadcast
+                n, elements, rows, keys = largest.scores  # scores by a multiply and a sum count as products
+                if n and counted is not None:
+                    seen.update(products=seen["products"] + n, elements=seen["elements"] + elements,
+                                largest=[max(seen["largest"][0], rows), max(seen["largest"][1], keys)])
 
 
 def dense(value):

@@ -53,12 +53,15 @@ DENIED_ATTRIBUTES: dict[str, frozenset[str]] = {
     "*": NEVER_IMPORT | {"scaled_dot_product_attention", "flex_attention", "multi_head_attention_forward"},
     "torch": frozenset({"ops", "library", "utils", "backends", "classes", "hub", "jit", "compile", "compiler",
                         "overrides", "load", "save", "from_file", "distributed", "testing", "fx", "export",
-                        "package", "serialization", "MultiheadAttention", "Transformer", "TransformerEncoderLayer",
+                        "package", "serialization", "profiler", "MultiheadAttention", "Transformer",
+                        "TransformerEncoderLayer",
                         "TransformerDecoderLayer"}),
     "triton": frozenset({"runtime", "testing", "tools", "compile", "compiler", "backends", "knobs", "profiler"}),
     "typing": frozenset({"get_type_hints", "ForwardRef"}),  # both evaluate strings as code
+    # singledispatch's register() evaluates a function's annotations: a string there is code the gate never reads
+    "functools": frozenset({"singledispatch", "singledispatchmethod"}),
 }
-DENIED_PATHS = frozenset({"torch.nn.attention"})
+DENIED_PATHS = frozenset({"torch.nn.attention", "torch.autograd.profiler"})
 ALWAYS_ALLOWED_PATHS = frozenset({"triton.jit"})  # "jit" is refused under torch only
 
 # Kernel files, outside @triton.jit: the only torch.<name> an honest launcher needs.
@@ -75,6 +78,8 @@ HOST_METHODS = frozenset({
     "sum", "max", "amax", "logsumexp", "logaddexp", "mean", "cumsum", "tensordot", "baddbmm", "addmm", "addbmm",
     "dot", "mv", "outer", "where", "masked_fill", "masked_fill_", "tril", "triu", "sqrt", "repeat_interleave",
     "nansum", "prod", "logcumsumexp", "expm1", "sigmoid", "scaled_dot_product_attention", "fn", "base_fn",
+    # a tensor's values into Python (to compute there), Python data back into a tensor, a callback per element
+    "tolist", "item", "numpy", "tobytes", "new_tensor", "apply_", "map_", "map2_", "storage", "untyped_storage",
 })
 
 REFLECTION_NAMES = frozenset({"eval", "exec", "compile", "__import__", "globals", "vars", "locals", "breakpoint",
@@ -107,6 +112,7 @@ HINTS = {
     "host-torch": "outside @triton.jit functions {file} may use torch only to allocate and describe tensors "
                   "(torch.empty, torch.float32, ...), and a kernel uses tl, never torch: compute in the kernel",
     "too-complex": "the file nests too deeply to be checked; simplify the expression",
+    "annotation": "write annotations as expressions (x: torch.Tensor), never as strings, which a library may run",
 }
 
 
@@ -334,6 +340,19 @@ class _Gate(ast.NodeVisitor):
             self.flag(node, "reflection", "makes a class with type(name, bases, namespace)")
         self.generic_visit(node)
 
+    def _annotation(self, node: ast.expr | None) -> None:
+        """An annotation written as a string is code the gate cannot read, which a library may evaluate."""
+        if node is not None and any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(node)):
+            self.flag(node, "annotation", "writes an annotation as a string")
+
+    def visit_arg(self, node: ast.arg) -> None:
+        self._annotation(node.annotation)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._annotation(node.annotation)
+        self.generic_visit(node)
+
     def visit_BinOp(self, node: ast.BinOp | ast.AugAssign) -> None:
         if isinstance(node.op, ast.MatMult) and self.kernel and not self.in_jit:
             self.flag(node, "host-torch", "multiplies matrices with @ on the host, outside a @triton.jit function")
@@ -354,6 +373,7 @@ class _Gate(ast.NodeVisitor):
             self.visit(d)
         saved = self.in_jit, self.in_class
         self.in_jit, self.in_class = self.in_jit or any(self._is_jit(d) for d in node.decorator_list), False
+        self._annotation(node.returns)
         for child in [node.args, *node.body] + ([node.returns] if node.returns else []):
             self.visit(child)
         self.in_jit, self.in_class = saved

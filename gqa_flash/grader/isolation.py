@@ -44,6 +44,9 @@ VARIABLE = "GQA_FLASH_ISOLATION"  # auto (the default), bwrap, user or none
 USER_VARIABLE = "GQA_FLASH_EXECUTOR_USER"
 DEFAULT_USER = "gqa-flash-executor"
 SANDBOX_UID = 65534  # nobody
+# The executor's temporary folder in the sandbox: a folder of the private /tmp, so that the audit hook's one
+# writable place holds neither the executor's own folder nor the paths of the grader's (bound or not).
+PRIVATE_TMP = "/tmp/executor"
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime",
              "alternatives")
 
@@ -126,10 +129,11 @@ def bwrap_prefix(tree: Path) -> list[str]:
             args += ["--ro-bind", str(path), str(path)]
     for name in ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    # The private /tmp first: what is bound after it may lie inside it (a venv under /tmp, the executor's folder)
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", PRIVATE_TMP]
     for d in _python_dirs():
         if not str(d).startswith("/usr/"):
             args += ["--ro-bind", str(d), str(d)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for dev in sorted(Path("/dev").glob("nvidia*")):  # a GPU, where there is one
         args += ["--dev-bind", str(dev), str(dev)]
     tree = Path(tree).resolve()
@@ -149,7 +153,7 @@ def environment(tree: Path, kind: str, base: dict[str, str]) -> dict[str, str]:
             "GQA_FLASH_AUDIT",  # "0" only in the grader's own tests of what lies beneath the audit hook
             "GQA_FLASH_SEED", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
     env = {k: base[k] for k in keep if k in base}
-    private = "/tmp" if kind == "bwrap" else base.get("TMPDIR", "/tmp")
+    private = PRIVATE_TMP if kind == "bwrap" else base.get("TMPDIR", "/tmp")
     env.update(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", HOME=private, TMPDIR=private,
                PYTHONNOUSERSITE="1", PATH=base.get("PATH", "/usr/bin:/bin"))
     return env

@@ -35,6 +35,11 @@ def assert_no_whole_matrix(seen, q, block_m, block_n, context):
     """No op may hold more numbers than the output or a tile of scores per head: a whole score matrix (by a
     broadcast multiply and a sum, say, which no count of matrix products sees) is more than either."""
     batch, heads, n, d = q.shape
+    broadcast = int(seen.get("broadcast_output", 0))
+    assert not broadcast, (
+        f"an elementwise operation broadcast its inputs into {broadcast} numbers, more than either held: an outer "
+        f"product, as when scores are computed by a broadcast multiply and a sum; compute each tile of scores as "
+        f"q_tile @ k_tile^T; {context}")
     bound = batch * heads * max(n * d, block_m * block_n)
     got = int(seen.get("largest_output", 0))
     assert got <= bound, (
