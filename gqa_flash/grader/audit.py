@@ -97,7 +97,8 @@ def _refuse(what: str) -> None:
     graded = _graded_frame()
     where = f"{os.path.basename(graded.f_code.co_filename)} line {graded.f_lineno}" if graded else "the graded call"
     message = (f"{PREFIX}{where} {what}: graded code may not start threads or processes, use ctypes, read or write "
-               "files outside its folder, or patch classes, so this part scores 0")
+               "files outside its folder, import the course's answers or modules it has no use for, or patch "
+               "classes, so this part scores 0")
     _State.refused.append(message)
     raise IntegrityViolation(message)
 
