@@ -286,6 +286,12 @@ def test_the_static_check_names_the_routes(tmp_path):
     (tmp_path / "forward.py").write_text(textwrap.dedent(ROUTES["forward_calls_the_fast_api"][2]))
     sub = submission.read(tmp_path)
     assert any("fast_attention_forward (line 6)" in f for f in sub.flags), sub.flags
+    assert any(f.endswith("which reaches the course's own answers or checks") for f in sub.flags), sub.flags
+    # SDPA is PyTorch's, not the course's (issue 47: the flag said it reached the course's answers)
+    (tmp_path / "forward.py").write_text(textwrap.dedent(ROUTES["forward_calls_sdpa"][2]))
+    (flag,) = submission.read(tmp_path).flags
+    assert flag.endswith("scaled_dot_product_attention (line 6), which is PyTorch's own attention, not the "
+                         "student's"), flag
     (tmp_path / "forward.py").write_text(solution("forward.py"))
     assert submission.read(tmp_path).flags == [], "the solution names nothing of the course's answers"
 

@@ -477,5 +477,20 @@ def _answer_names(name: str, content: bytes) -> list[str]:
             names = [node.value] if set(node.value.split(".")) & ANSWER_NAMES else []
         for n in names:
             found.setdefault(n, getattr(node, "lineno", 0))
-    return [f"review: {name} names {n} (line {line}), which reaches the course's own answers or checks"
+    return [f"review: {name} names {n} (line {line}), {_what_it_reaches(n)}"
             for n, line in sorted(found.items(), key=lambda kv: kv[1])]
+
+
+PYTORCH_ATTENTION = {"scaled_dot_product_attention", "flex_attention"}
+GUARDS = {"integrity", "address_check", "testing", "kernel_only", "_getframe", "settrace", "setprofile",
+          "DisableTorchFunction", "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "_disable_current_modes"}
+
+
+def _what_it_reaches(name: str) -> str:
+    """What a flagged name leads to: PyTorch's attention, the grader's guards, or the course's answers."""
+    parts = set(name.split("."))
+    if parts & PYTORCH_ATTENTION:
+        return "which is PyTorch's own attention, not the student's"
+    if parts & GUARDS:
+        return "which reaches the grader's own guards"
+    return "which reaches the course's own answers or checks"
