@@ -136,6 +136,9 @@ def bwrap_prefix(tree: Path) -> list[str]:
             args += ["--ro-bind", str(d), str(d)]
     for dev in sorted(Path("/dev").glob("nvidia*")):  # a GPU, where there is one
         args += ["--dev-bind", str(dev), str(dev)]
+    for lib in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):  # a driver outside /usr (/usr/local/nvidia)
+        if lib and Path(lib).is_dir() and not lib.startswith(("/usr/", "/tmp")):
+            args += ["--ro-bind", lib, lib]
     tree = Path(tree).resolve()
     return [*args, "--ro-bind", str(tree), str(tree), "--chdir", str(tree)]
 
@@ -149,6 +152,9 @@ def command(kind: str, tree: Path) -> list[str]:
 def environment(tree: Path, kind: str, base: dict[str, str]) -> dict[str, str]:
     """The executor's environment: a few variables, none that leads to the course or the judge."""
     keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "GQA_FLASH_IMPL",
+            # what a GPU machine needs to find its driver, its toolkit and Triton's compiler
+            "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH",
+            "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
             "GQA_FLASH_GRADE_RUN",  # the grader's mark: it finds and kills whatever a run left behind
             "GQA_FLASH_AUDIT",  # "0" only in the grader's own tests of what lies beneath the audit hook
             "GQA_FLASH_SEED", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
