@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gqa_flash import layout
+from gqa_flash import impl, layout
 
 PROCESS_EVENTS = ("os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile",
                   "subprocess.Popen", "_thread.start_new_thread", "os.kill", "os.killpg", "signal.pthread_kill")
@@ -69,7 +69,7 @@ def is_students(filename: str) -> bool:
     if filename.startswith("<"):
         return not filename.startswith("<frozen")
     return os.path.basename(filename) in layout.GRADED_FILES and os.path.basename(
-        os.path.dirname(filename)) in ("gqa_flash", "solutions")
+        os.path.dirname(filename)) in ("gqa_flash", impl.SOLUTIONS_DIR.name)
 
 
 def _graded_frame():

@@ -79,7 +79,18 @@ def _disguised(name: str, kwargs) -> bool:
     return name.startswith("index_put") and bool(kwargs.get("accumulate"))
 
 
-def _reduced(func, args, kwargs) -> int:
+def _reduced_dims(x, args, kwargs) -> list[int] | None:
+    """The dimensions of x a reduction op reduces, as its ``dim`` argument names them (None: it names none, so
+    all of them); out-of-range names dropped."""
+    dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    if isinstance(dims, int):
+        dims = [dims]
+    if not isinstance(dims, (list, tuple)) or not dims:
+        return None
+    return [d for d in dims if isinstance(d, int) and -x.dim() <= d < x.dim()]
+
+
+def _reduced(args, kwargs) -> int:
     """How many elements one result of a reduction op combines: the product of the sizes of the dimensions it
     reduces (all of them when it names none)."""
     import torch
@@ -87,12 +98,8 @@ def _reduced(func, args, kwargs) -> int:
     x = args[0] if args and isinstance(args[0], torch.Tensor) else None
     if x is None or x.dim() == 0:
         return 1
-    dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
-    if isinstance(dims, int):
-        dims = [dims]
-    if not isinstance(dims, (list, tuple)) or not dims:
-        return x.numel()
-    return math.prod(x.shape[d] for d in dims if isinstance(d, int) and -x.dim() <= d < x.dim())
+    dims = _reduced_dims(x, args, kwargs)
+    return x.numel() if dims is None else math.prod(x.shape[d] for d in dims)
 
 
 def whole_rows_mode(n: int, block_size: int):
@@ -104,9 +111,10 @@ def whole_rows_mode(n: int, block_size: int):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             name = func.overloadpacket.__name__
-            if n > block_size and name in REDUCTIONS and _reduced(func, args, kwargs) > block_size:
+            reduced = _reduced(args, kwargs) if n > block_size and name in REDUCTIONS else 0
+            if reduced > block_size:
                 raise AssertionError(
-                    f"online_softmax took {name} over {_reduced(func, args, kwargs)} values at once (rows of {n} "
+                    f"online_softmax took {name} over {reduced} values at once (rows of {n} "
                     f"columns); it must read them block_size={block_size} columns at a time, keeping only the "
                     "running (m, l)")
             if n > block_size and _disguised(name, kwargs):
@@ -139,9 +147,7 @@ class Largest:
                 name = func.overloadpacket.__name__
                 x = args[0] if args and isinstance(args[0], torch.Tensor) else None
                 if name in REDUCTIONS and x is not None and x.dim() >= 2 and isinstance(out, torch.Tensor):
-                    dims = (kwargs or {}).get("dim", args[1] if len(args) > 1 else None)
-                    dims = [dims] if isinstance(dims, int) else list(dims) if isinstance(dims, (list, tuple)) else []
-                    if any(isinstance(d, int) and x.shape[d] == head_dim for d in dims):
+                    if any(x.shape[d] == head_dim for d in _reduced_dims(x, args, kwargs or {}) or ()):
                         rows, keys = tuple(out.shape[-2:]) if out.dim() >= 2 else (1, out.numel())
                         self.scores = [self.scores[0] + 1, self.scores[1] + out.numel(),
                                        max(self.scores[2], rows), max(self.scores[3], keys)]
@@ -204,13 +210,12 @@ def dense(value):
 
 def where(exc: BaseException) -> str | None:
     """Where a graded file raised it: "naive.py, line 40" (the deepest frame in one), or None."""
-    from gqa_flash import layout
+    from gqa_flash.grader.audit import is_students
 
     found = None
     for frame in traceback.extract_tb(exc.__traceback__):
-        path = Path(frame.filename)
-        if path.name in layout.GRADED_FILES and path.parent.name in ("gqa_flash", "solutions"):
-            found = f"{path.name}, line {frame.lineno}"
+        if is_students(frame.filename) and not frame.filename.startswith("<"):
+            found = f"{Path(frame.filename).name}, line {frame.lineno}"
     return found
 
 

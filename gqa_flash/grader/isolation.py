@@ -173,7 +173,7 @@ def limits(kind: str, *, cpu_s: int, file_mb: float, memory_gb: float | None):
                              (resource.RLIMIT_FSIZE, int(file_mb * 2**20)),
                              (resource.RLIMIT_AS, int(memory_gb * 2**30) if memory_gb else None)):
             if value is not None:
-                _limit(which, value)
+                set_limit(which, value)
         if kind == "user":
             entry = pwd.getpwnam(executor_user())
             os.setgroups([])
@@ -183,7 +183,8 @@ def limits(kind: str, *, cpu_s: int, file_mb: float, memory_gb: float | None):
     return apply
 
 
-def _limit(which, value: int) -> None:
+def set_limit(which, value: int) -> None:
+    """Lower a resource limit to value (never above its hard limit); where the container forbids it, go on."""
     soft, hard = resource.getrlimit(which)
     if hard != resource.RLIM_INFINITY:
         value = min(value, hard)

@@ -43,6 +43,7 @@ import pytest
 
 from gqa_flash import integrity
 from gqa_flash.grader.calls import StudentCrash, StudentRaised
+from gqa_flash.grader.isolation import set_limit
 from gqa_flash.layout import GRADED_FILES
 from gqa_flash.grader.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
 
@@ -204,26 +205,16 @@ def pytest_configure(config):
     global _recorder
     if not config.getoption("grade_log"):
         return
-    _limit(resource.RLIMIT_CORE, 0)
-    _limit(resource.RLIMIT_FSIZE, int(config.getoption("grade_max_file_mb") * 2**20))
+    set_limit(resource.RLIMIT_CORE, 0)
+    set_limit(resource.RLIMIT_FSIZE, int(config.getoption("grade_max_file_mb") * 2**20))
     from gqa_flash import runtime
 
     if runtime.DEVICE.type == "cpu":  # CUDA maps far more address space than it uses
-        _limit(resource.RLIMIT_AS, int(config.getoption("grade_memory_gb") * 2**30))
+        set_limit(resource.RLIMIT_AS, int(config.getoption("grade_memory_gb") * 2**30))
     _recorder = _Recorder(config)
     from gqa_flash.grader.calls import student
 
     student().start()  # the executor boots while the tests are collected (the graded conftest waits for it)
-
-
-def _limit(which, value):
-    soft, hard = resource.getrlimit(which)
-    if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
-    try:
-        resource.setrlimit(which, (value, value))
-    except (ValueError, OSError):  # e.g. a container that forbids it: grade anyway
-        pass
 
 
 def pytest_collectreport(report):
