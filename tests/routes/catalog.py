@@ -965,7 +965,8 @@ route("child-process", "os_fork", "naive", '''
         return torch.load(path).to(q.dtype)
     ''', beneath=True)
 
-route("child-process", "subprocess_run", "naive", '''
+# A child that computes the reference from the arguments its parent saved (two routes start it).
+CHILD_HEADER = '''
     import os
     import subprocess
     import sys
@@ -976,7 +977,9 @@ route("child-process", "subprocess_run", "naive", '''
     CHILD = ("import sys, torch, gqa_flash; q, k, v, causal, scale = torch.load(sys.argv[1] + '/in.pt'); "
              "torch.save(gqa_flash.reference_attention(q, k, v, causal=causal, sm_scale=scale)[0], "
              "sys.argv[1] + '/out.pt')")
+'''
 
+route("child-process", "subprocess_run", "naive", CHILD_HEADER + '''
 
     def naive_attention(q, k, v, causal=True, sm_scale=None):
         work = tempfile.mkdtemp()
@@ -985,18 +988,7 @@ route("child-process", "subprocess_run", "naive", '''
         return torch.load(os.path.join(work, "out.pt")).to(q.dtype)
     ''')
 
-route("child-process", "a_process_named_gcc", "naive", '''
-    import os
-    import subprocess
-    import sys
-    import tempfile
-
-    import torch
-
-    CHILD = ("import sys, torch, gqa_flash; q, k, v, causal, scale = torch.load(sys.argv[1] + '/in.pt'); "
-             "torch.save(gqa_flash.reference_attention(q, k, v, causal=causal, sm_scale=scale)[0], "
-             "sys.argv[1] + '/out.pt')")
-
+route("child-process", "a_process_named_gcc", "naive", CHILD_HEADER + '''
 
     def naive_attention(q, k, v, causal=True, sm_scale=None):
         work = tempfile.mkdtemp()
