@@ -143,6 +143,69 @@ def test_a_hang_is_stopped_by_the_judges_limit_and_the_executor_replaced(executo
     assert torch.equal(executor.call("naive_attention", _q(8), _q(0), _q(0)).value, _q(8) * 2)
 
 
+def test_on_a_gpu_only_the_programs_triton_starts_may_start(tmp_path, monkeypatch):
+    """Triton compiles for a GPU with ptxas (in its package), a C compiler, ldconfig and file: those, by real
+    path, pass the audit hook; a program of the same name elsewhere does not, and a refusal names the program."""
+    import os
+    import shutil
+
+    from gqa_flash.grader import audit
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    fake = tmp_path / "gcc"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(audit._State, "tools", (str(tmp_path / "triton"),))
+    monkeypatch.setattr(audit._State, "programs", isolation.triton_programs())
+    assert audit._a_tool(str(tmp_path / "triton" / "backends" / "nvidia" / "bin" / "ptxas"))
+    assert not audit._a_tool(str(fake)) and not audit._a_tool(str(tmp_path / "triton-not" / "ptxas"))
+    if cc:
+        assert audit._a_tool(cc) and audit._a_tool(os.path.basename(cc))
+        monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+        assert not audit._a_tool("gcc")  # the first gcc on PATH is now the fake one
+    monkeypatch.setattr(audit._State, "active", True)
+    with pytest.raises(IntegrityViolation, match=r"tried subprocess.Popen \(gcc\)"):
+        audit._hook("subprocess.Popen", (str(fake), [str(fake)], None, None))
+    with pytest.raises(IntegrityViolation, match=r"tried os.posix_spawn \(gcc\)"):
+        audit._hook("os.posix_spawn", (str(fake), [str(fake)], {}))
+    monkeypatch.setattr(audit._State, "refused", [])
+
+
+def test_on_a_gpu_the_interpreter_harnesses_go_to_a_sibling_with_the_gpu_hidden(monkeypatch, tmp_path):
+    """score_tiles and probe count a kernel's work in Triton's interpreter: on a GPU machine the judge sends them
+    to a second executor (CUDA hidden, TRITON_INTERPRET=1), and an executor on the GPU refuses them."""
+    from gqa_flash import runtime
+    from gqa_flash.grader import executor as executor_module
+
+    monkeypatch.setattr(calls, "_gpu", lambda: True)
+    ex = calls.Executor(tree=tmp_path, kind="none", impl="student")
+    sibling = ex.in_interpreter()
+    assert sibling is not ex and sibling.interpreter and ex.in_interpreter() is sibling
+    assert sibling.in_interpreter() is sibling
+    monkeypatch.setattr(calls, "_gpu", lambda: False)
+    assert calls.Executor(tree=tmp_path, kind="none").in_interpreter().interpreter is False
+    monkeypatch.setattr(runtime, "INTERPRETER", False)
+    reply = executor_module.handle({"op": "score_tiles", "kwargs": {}})
+    assert reply["ok"] is False and "TRITON_INTERPRET=1" in reply["error"]["message"]
+
+
+def test_the_interpreter_takes_a_loop_bound_computed_from_the_program_id():
+    """Triton 3.6's interpreter with NumPy 2.4 could not (runtime._index_one_element_arrays mends it)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def count_blocks(out_ptr, BLOCK: tl.constexpr):
+        total = 0
+        for _ in range(0, (tl.program_id(0) + 1) * BLOCK, BLOCK):
+            total += 1
+        tl.store(out_ptr + tl.program_id(0), total)
+
+    out = torch.zeros(3, dtype=torch.int32)
+    count_blocks[(3,)](out, BLOCK=16)
+    assert out.tolist() == [1, 2, 3]
+
+
 def test_bubblewrap_runs_here_in_ci():
     """CI installs bubblewrap (make test does): the sandbox must then really run, not fall back silently."""
     import os

@@ -7,7 +7,8 @@ refuses:
 * starting a thread or a process (``_thread.start_new_thread``, ``os.fork``,
   ``os.system``, ``os.exec*``, ``os.posix_spawn``, ``subprocess.Popen``):
   the guards watch one thread of one process; on a GPU, Triton's own compiler
-  runs (``ptxas`` and the C compiler, from Triton's code);
+  runs (``ptxas`` from its package; the C compiler, ``ldconfig`` and ``file``
+  of :func:`gqa_flash.grader.isolation.triton_programs`, by real path);
 * ``ctypes`` (a way to write any memory, the guards' included);
 * opening a file to write outside the private temporary folder, or to read
   outside the executor's folder, the Python it runs on and ``/usr``;
@@ -25,6 +26,7 @@ the wall's second layer, for machines where the sandbox is thin.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -41,15 +43,17 @@ DENIED_MODULES = ("ctypes", "_ctypes", "subprocess", "multiprocessing", "socket"
 # The course's answers, as modules: a graded file importing one (not yet loaded) is refused here, before any
 # of its code runs (the own-work guard sees only what reaches PyTorch or Triton).
 ANSWERS = ("gqa_flash.fast", "gqa_flash.lab", "gqa_flash.reference", "gqa_flash._solutions", "gqa_flash.grader")
-COMPILERS = ("cc", "gcc", "clang", "c++", "g++")
+SPAWN_EVENTS = ("subprocess.Popen", "os.posix_spawn", "os.exec")  # (program, arguments, ...)
 
 
 def _a_tool(program) -> bool:
-    """A program Triton starts to compile for a GPU: one of its own (ptxas), or the system's C compiler (by its
-    real path under /usr, so a link named gcc to anything else is not one)."""
-    real = os.path.realpath(str(program))
-    return _inside(real, _State.tools) or (real.startswith("/usr/") and os.path.basename(real).split("-")[0]
-                                           in COMPILERS)
+    """A program Triton starts to compile for a GPU: one inside Triton's package (ptxas), or one of
+    isolation.triton_programs (the C compiler, ldconfig, file), found by its real path when the hook was
+    installed (so a program of the same name elsewhere on PATH is not one)."""
+    program = os.fsdecode(program) if isinstance(program, (str, bytes, os.PathLike)) else ""
+    path = program if "/" in program else shutil.which(program) or ""
+    real = os.path.realpath(path) if path else ""
+    return bool(real) and (_inside(real, _State.tools) or real in _State.programs)
 
 
 class _State:
@@ -57,7 +61,8 @@ class _State:
     refused: list[str] = []  # what this call tried and was refused
     readable: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
-    tools: tuple[str, ...] = ()  # programs a graded call may start: Triton's compiler on a GPU
+    tools: tuple[str, ...] = ()  # where the programs a graded call may start live: Triton's package on a GPU
+    programs: frozenset[str] = frozenset()  # and the system's programs Triton starts (its C compiler...)
     # The module names a graded file's classes have (gqa_flash.naive, gqa_flash._solutions.naive...).
     graded_modules = frozenset(f"{p}.{m}" for p in ("gqa_flash", "gqa_flash._solutions") for m in layout.GRADED_MODULES)
 
@@ -112,9 +117,11 @@ def _hook(event: str, args) -> None:
     if not _State.active:
         return
     if event.startswith(PROCESS_EVENTS):
-        if event == "subprocess.Popen" and _State.tools and args and _a_tool(args[0]):
+        program = args[0] if event in SPAWN_EVENTS and args else None
+        if program is not None and _State.tools and _a_tool(program):
             return  # Triton compiling for a GPU: its ptxas, the system's C compiler
-        _refuse(f"tried {event}")
+        shown = os.path.basename(os.fsdecode(program)) if isinstance(program, (str, bytes, os.PathLike)) else ""
+        _refuse(f"tried {event}" + (f" ({shown})" if shown else ""))
     elif event.startswith("ctypes.") and _caller_is_graded():
         _refuse(f"used ctypes ({event})")
     elif event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
@@ -159,6 +166,9 @@ def install(tree: Path) -> None:
 
     # Triton's compiler runs only for a GPU: in the interpreter no process at all may start.
     _State.tools = () if runtime.INTERPRETER else (os.path.realpath(os.path.dirname(triton.__file__)),)
+    from gqa_flash.grader.isolation import triton_programs
+
+    _State.programs = frozenset() if runtime.INTERPRETER else triton_programs()
     _guard_threads()
     sys.addaudithook(_hook)
 

@@ -85,7 +85,8 @@ class Reply:
 class Executor:
     """One executor process, started when first needed and again after it dies."""
 
-    def __init__(self, tree: Path | None = None, kind: str | None = None, impl: str | None = None):
+    def __init__(self, tree: Path | None = None, kind: str | None = None, impl: str | None = None,
+                 interpreter: bool = False):
         tree_env = os.environ.get(TREE_VARIABLE)
         self.tree = Path(tree or tree_env or layout.COURSE_DIR).resolve()
         # A graded run (the grader names the tree) takes the best isolation there is; a student's own run none.
@@ -94,6 +95,10 @@ class Executor:
         self.tmp: str | None = None  # its private temporary folder (bubblewrap gives it one of its own)
         self.impl = impl  # GQA_FLASH_IMPL for the executor (default: the judge's)
         self.log = None  # the executor's standard error: what the student's code printed, and its tracebacks
+        # On a GPU machine, a second executor with the GPU hidden, for the harnesses that count a kernel's work
+        # program by program in Triton's interpreter (score_tiles, probe); the first never starts a process.
+        self.interpreter = interpreter
+        self._sibling: Executor | None = None
 
     # --- the process -------------------------------------------------------------------------------------
 
@@ -104,12 +109,15 @@ class Executor:
         env = isolation.environment(self.tree, self.kind, dict(os.environ))
         if self.impl is not None:
             env["GQA_FLASH_IMPL"] = self.impl
+        if self.interpreter:
+            env.update(CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1")
         if self.kind != "bwrap":  # (bubblewrap's /tmp is its own already)
             self.tmp = env["TMPDIR"] = env["HOME"] = _private_tmp(self.kind == "user")
         self.proc = subprocess.Popen(
             isolation.command(self.kind, self.tree), cwd=self.tree, env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log,
-            preexec_fn=isolation.limits(self.kind, cpu_s=3600, file_mb=256, memory_gb=None if _gpu() else 16))
+            preexec_fn=isolation.limits(self.kind, cpu_s=3600, file_mb=256,
+                                        memory_gb=None if _gpu() and not self.interpreter else 16))
         self._ready = False
 
     def warm(self) -> None:
@@ -195,12 +203,20 @@ class Executor:
         return self.request({"op": "call", "entry": entry, "args": list(args), "kwargs": kwargs,
                              "watch": watch or {}})
 
+    def in_interpreter(self) -> Executor:
+        """The executor that runs kernels in Triton's interpreter: this one, or on a GPU machine its sibling."""
+        if self.interpreter or not _gpu():
+            return self
+        if self._sibling is None:
+            self._sibling = Executor(self.tree, self.kind, self.impl, interpreter=True)
+        return self._sibling
+
     def score_tiles(self, **kwargs) -> tuple[dict, dict]:
-        counts, config = self.request({"op": "score_tiles", "kwargs": kwargs}).value
+        counts, config = self.in_interpreter().request({"op": "score_tiles", "kwargs": kwargs}).value
         return counts, config
 
     def probe(self, function: str):
-        return self.request({"op": "probe", "function": function}).value
+        return self.in_interpreter().request({"op": "probe", "function": function}).value
 
     def ring(self, world_size: int, cases: list) -> list:
         return self.request({"op": "ring", "world_size": world_size, "cases": cases}).value

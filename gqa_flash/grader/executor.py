@@ -235,9 +235,17 @@ def error(exc: BaseException) -> dict:
     return reply
 
 
+def _interpreter_only(op: str) -> None:
+    """The harnesses that count a kernel's work run it in Triton's interpreter: on a GPU machine the judge
+    sends them to an executor with the GPU hidden (calls.Executor.in_interpreter), never to this one."""
+    from gqa_flash import runtime
+
+    if not runtime.INTERPRETER:
+        raise RuntimeError(f"{op} runs only in an executor in Triton's interpreter (TRITON_INTERPRET=1)")
+
+
 def handle(request: dict) -> dict:
     """One request's reply (never raises for the student's code: that is the reply's error)."""
-    from gqa_flash import runtime
     from gqa_flash.grader import audit
 
     op, seen = request.get("op"), {}
@@ -249,7 +257,8 @@ def handle(request: dict) -> dict:
         if op == "score_tiles":
             from gqa_flash import testing
 
-            with audit.graded_call() if runtime.INTERPRETER else contextlib.nullcontext():
+            _interpreter_only(op)
+            with audit.graded_call():
                 counts, config = testing.score_tiles_per_program(**request["kwargs"])
             return {"ok": True, "value": [counts, dict(config)], "seen": seen}
         if op == "probe":
@@ -257,7 +266,8 @@ def handle(request: dict) -> dict:
 
             if request["function"] not in PROBES:
                 raise ValueError(f"the executor runs no probe {request['function']!r}")
-            with audit.graded_call() if runtime.INTERPRETER else contextlib.nullcontext():  # a GPU: in a child
+            _interpreter_only(op)
+            with audit.graded_call():
                 return {"ok": True, "value": probes.in_interpreter(request["function"]), "seen": seen}
         if op == "ring":
             return {"ok": True, "value": ring(int(request["world_size"]), request["cases"]), "seen": seen}

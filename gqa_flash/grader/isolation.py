@@ -117,6 +117,36 @@ def _python_dirs() -> list[Path]:
     return [d for d in dirs if not any(o != d and o in d.parents for o in dirs) and d != Path("/")]
 
 
+# What Triton starts to compile for a GPU (never in the interpreter): its own ptxas (inside its package), the C
+# compiler it builds its launchers with ($CC, else the first of cc, gcc, clang on PATH), /sbin/ldconfig (to
+# find libcuda) and file (Python's platform.architecture()). Measured on an H100: bench/probe_executor_gpu.py.
+TRITON_PROGRAMS = ("cc", "gcc", "clang", "file", "/sbin/ldconfig", "/sbin/ldconfig.real")
+
+
+@functools.lru_cache(maxsize=1)
+def triton_programs() -> frozenset[str]:
+    """The real paths of the programs Triton may start (TRITON_PROGRAMS), as this machine has them."""
+    found = set()
+    for name in (os.environ.get("CC"), *TRITON_PROGRAMS):
+        path = shutil.which(name) if name and "/" not in name else name
+        if path and os.path.isfile(path):
+            found.add(os.path.realpath(path))
+    return frozenset(found)
+
+
+def _program_dirs() -> list[str]:
+    """The installations the programs of triton_programs live in, outside /usr (a GCC under /opt/gcc, its
+    bin/ and libexec/): the sandbox shows them read-only."""
+    dirs = set()
+    for real in triton_programs():
+        if not real.startswith("/usr/"):
+            bin_dir = os.path.dirname(real)
+            top = os.path.dirname(bin_dir) if os.path.basename(bin_dir) == "bin" else bin_dir
+            if top not in ("/", "/tmp") and not top.startswith("/tmp/"):
+                dirs.add(top)
+    return sorted(dirs)
+
+
 def bwrap_prefix(tree: Path) -> list[str]:
     """bubblewrap's command line up to the program: the namespaces and the file system (see the docstring)."""
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -136,6 +166,9 @@ def bwrap_prefix(tree: Path) -> list[str]:
             args += ["--ro-bind", str(d), str(d)]
     for dev in sorted(Path("/dev").glob("nvidia*")):  # a GPU, where there is one
         args += ["--dev-bind", str(dev), str(dev)]
+    if any(Path("/dev").glob("nvidia*")):  # Triton's compiler, where it is not under /usr
+        for top in _program_dirs():
+            args += ["--ro-bind", top, top]
     for lib in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):  # a driver outside /usr (/usr/local/nvidia)
         if lib and Path(lib).is_dir() and not lib.startswith(("/usr/", "/tmp")):
             args += ["--ro-bind", lib, lib]
