@@ -39,8 +39,9 @@ from gqa_flash import testing  # noqa: E402
 
 q, k, v = testing.random_qkv(batch=1, n_q_heads=4, n_kv_heads=2, seq_len=64, head_dim=32, dtype=torch.float16,
                              seed=0, device="cuda")
+lengths = torch.full((1,), 64, dtype=torch.int32, device="cuda")
 for what, run in (("forward", lambda: gqa_flash.flash_attention_forward(q, k, v, causal=True)),
-                  ("decode", lambda: gqa_flash.flash_decode(q[:, :, -1:], k, v, torch.full((1,), 64, dtype=torch.int32, device="cuda"))),
+                  ("decode", lambda: gqa_flash.flash_decode(q[:, :, -1:], k, v, lengths)),
                   ("backward", lambda: gqa_flash.flash_attention_backward(
                       q, k, v, *gqa_flash.flash_attention_forward(q, k, v, causal=True, return_lse=True),
                       torch.randn_like(q), causal=True))):
