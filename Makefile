@@ -58,10 +58,11 @@ check-release: setup
 # writes a new one (DEST empty or missing); UPDATE=1 re-releases into an edition you publish (rewrites
 # the course's files, removes those it dropped, keeps .git and your own files, says what changed);
 # FORCE=1 replaces all DEST holds, .git included.
+# One line: make echoes a recipe as written, and a continued one ended in a line of two spaces.
+EDITION_MODE = $(if $(filter-out 0,$(UPDATE)), --update)$(if $(filter-out 0,$(FORCE)), --force)
 student-edition: setup
 	@test -n "$(DEST)" || { echo "make student-edition: say where, e.g. DEST=../gqa-flash-student"; exit 2; }
-	$(BIN)/python -m gqa_flash.grader.edition "$(DEST)" $(if $(filter-out 0,$(UPDATE)),--update) \
-	  $(if $(filter-out 0,$(FORCE)),--force)
+	$(BIN)/python -m gqa_flash.grader.edition "$(DEST)"$(EDITION_MODE)
 
 # Gradescope's autograder in Gradescope's own layout, in a temporary folder: setup.sh builds a fresh
 # virtual environment (torch from TORCH_INDEX_URL, PyTorch's CPU index by default; TORCH_REQUIREMENT

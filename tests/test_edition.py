@@ -174,6 +174,19 @@ def test_make_passes_update_and_force_on():
     assert "--" not in command("DEST=../x").split("edition", 1)[1]
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_student_edition_echoes_one_command_line():
+    # make echoes each recipe line as written: the command was once continued over two lines, and with
+    # neither UPDATE nor FORCE it echoed a backslash and then a line of two spaces.
+    for mode in ((), ("UPDATE=1",), ("FORCE=1",)):
+        out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "student-edition", "DEST=../x", *mode],
+                             cwd=COURSE, capture_output=True, text=True, timeout=60).stdout
+        lines = out.splitlines()
+        assert not [line for line in lines if not line.strip() or line.rstrip().endswith("\\")], out
+        assert [line.split("edition ", 1)[1] for line in lines if "gqa_flash.grader.edition" in line] == \
+            ['"../x"' + {"UPDATE=1": " --update", "FORCE=1": " --force"}.get(next(iter(mode), ""), "")], out
+
+
 def _published(student_edition, tmp_path) -> Path:
     """A copy of the edition as an instructor publishes it: under git, with a file of the instructor's."""
     dest, _ = student_edition
