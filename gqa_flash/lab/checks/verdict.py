@@ -5,7 +5,10 @@ through: whatever happens, it comes back with a :class:`Verdict`. A failure is
 told in two steps: first what is wrong and where (which rows, heads, tokens or
 output), with no code in it; the likely cause and its fix come when the same
 failure is checked a second time (re-run the cell), or at once from
-``checks.explain()``. Looking first is how the lesson is learnt. Inside a
+``checks.explain()``, which shows the last check's verdict in full, a pass
+included. Looking first is how the lesson is learnt. A failure that none of
+the replayed mistakes explains says so plainly on the second look, and what
+to compare next (``Verdict.compare``). Inside a
 check, the way out is ``raise Stop(verdict)``; :func:`run_student` turns a
 ``NotImplementedError`` or a crash in your file into such a verdict, naming
 the part whose STUDENT IMPLEMENTATION banner holds the line that failed.
@@ -74,26 +77,44 @@ class Verdict:
     where: str | None = None
     cause: str | None = None
     hint: str | None = None
+    compare: str | None = None  # what to compare next when no likely cause is known (cause and hint None)
     extra: dict = field(default_factory=dict, repr=False)
 
     @property
     def bonus(self) -> bool:
-        """True for a bonus file's verdict (backward.py, decode.py): not part of the 100 points."""
+        """True for a bonus file's verdict (backward.py, decode.py, ring.py): not part of the 100 points."""
         return self.what.split(".py")[0] in BONUS
 
     def headline(self) -> str:
         return f"{'PASS' if self.ok else 'FAIL'} {self.what}: {self.message}"
 
+    @property
+    def unexplained(self) -> bool:
+        """A failure with neither a likely cause nor a hint: none of the usual mistakes gives this result."""
+        return not self.ok and not self.cause and not self.hint
+
     def lines(self, reveal: bool = True) -> list[str]:
-        """The verdict's lines; with ``reveal=False`` a failure's cause and hint are held back (step one)."""
+        """The verdict's lines; with ``reveal=False`` a failure's cause and hint are held back (step one).
+
+        A failure no known mistake explains holds back, in the same way, the plain word that no likely
+        cause is known and what to compare next.
+        """
         out = [self.headline()]
-        held = not reveal and not self.ok and self.cause
-        shown = (("where", self.where),) if held else (
-            ("where", self.where), ("likely cause", self.cause), ("hint", self.hint))
+        held = not reveal and (self.unexplained or (not self.ok and self.cause))
+        if held:
+            shown = (("where", self.where),)
+        elif self.unexplained:
+            shown = (("where", self.where), ("likely cause", NO_KNOWN_CAUSE),
+                     ("compare next", self.compare or _compare_next(self)))
+        else:
+            shown = (("where", self.where), ("likely cause", self.cause), ("hint", self.hint))
         for label, text in shown:
             if text:
                 out.append(f"    {label}: {text}")
-        if held:
+        if held and self.unexplained:
+            look = "look where it points first" if self.where else "think it over first"
+            out.append(f"    {STEP_TWO_UNKNOWN.format(look=look)}")
+        elif held:
             out.append(f"    {STEP_TWO if self.where else STEP_TWO_NOWHERE}")
         return out
 
@@ -101,30 +122,54 @@ class Verdict:
         return "\n".join(self.lines())
 
 
-# What step one ends with. A failure with no cause (a part not started, a crash) shows its hint at once.
+# What step one ends with. A failure with no cause but a hint (a part not started, not run yet) shows it at once.
 STEP_TWO = "cause: look where it points first; re-run this cell for the likely cause and a fix (or checks.explain())"
 STEP_TWO_NOWHERE = "cause: think it over first; re-run this cell for the likely cause and a fix (or checks.explain())"
+STEP_TWO_UNKNOWN = ("cause: none of the usual mistakes gives this result; {look}, then re-run this cell for what "
+                    "to compare next (or checks.explain())")
+NO_KNOWN_CAUSE = "none known: none of the usual mistakes that this check replays gives this result"
+_UNEXPLAINED = "(no known cause)"  # what _SEEN keeps for an unexplained failure
+
+
+def _compare_next(verdict: Verdict) -> str:
+    """What to compare next, for a failure whose check gave no ``compare`` of its own."""
+    if verdict.message.startswith("your code raised"):
+        return ("the shapes of the tensors on the line that raised (print them) with the shapes the part's "
+                "banner gives: the first that differs is where the mistake is")
+    return ("your part's tensors, on the case named under where, with what the part's banner says they hold "
+            "(shapes and invariants): print them one step after another; the first that is not what the "
+            "banner says is where the mistake is")
+
 
 _SEEN: dict[str, str] = {}  # what -> the cause last shown for it (step one)
-_LAST: list = []  # the last failing verdict printed
+_LAST: list = []  # the verdict of the last check printed, a pass included
 
 
 def staged(verdict: Verdict) -> str:
     """What a notebook's check prints: step one the first time a failure is seen, everything the second.
 
     A failure is the same when its file, part and cause are (its values may differ: the inputs are fresh).
+    Every verdict printed, a pass included, becomes the one :func:`explain` shows.
     """
-    if verdict.ok or not verdict.cause:
-        return str(verdict)
     _LAST[:] = [verdict]
-    second = _SEEN.get(verdict.what) == verdict.cause
-    _SEEN[verdict.what] = verdict.cause
+    key = verdict.cause or (_UNEXPLAINED if verdict.unexplained else None)
+    if verdict.ok or key is None:
+        return str(verdict)
+    second = _SEEN.get(verdict.what) == key
+    _SEEN[verdict.what] = key
     return "\n".join(verdict.lines(reveal=second))
 
 
 def explain() -> None:
-    """Print the last failing check's verdict in full: its likely cause and hint too."""
-    print(_LAST[0] if _LAST else "no check has failed yet in this session")
+    """Print the last check's verdict in full: a failure's likely cause and hint too (or, when none is
+    known, what to compare next); a pass as it was printed."""
+    if not _LAST:
+        print("no check has failed yet in this session: none has run. Run a check cell, then checks.explain() "
+              "shows its verdict in full")
+        return
+    print(_LAST[0])
+    if _LAST[0].ok:
+        print("    the last check passed: there is nothing to explain")
 
 
 def what(module: str, part=None) -> str:

@@ -1,0 +1,96 @@
+"""``checks.explain()`` shows the last check's verdict, whatever it was, and a failure no known mistake explains
+says so plainly on its second look (issue 47, "checks.explain() is wrong or stale").
+
+A student's trial found explain() printing an old Part 2 diagnosis after a check had passed, an earlier Part 1
+failure after a Part 2 failure, and "No check has failed yet" right after check_tiled() had failed twice: it
+only kept failures that had a likely cause. Each test here runs real checks on planted bugs (a solution file
+with one edit, served as the student's) and reads what the notebook would print.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from gqa_flash import impl
+from gqa_flash.lab.checks import naive, softmax, tiled
+from gqa_flash.lab.checks import verdict as v
+
+sys.path.insert(0, str(Path(__file__).parent))
+from mutants.catalog import serve  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (impl.SOLUTIONS_DIR / "naive.py").is_file(),
+                                reason="the student edition has no solutions/")
+
+NO_RESCALE = ("l = l_a * torch.exp(m_a - m_finite) + l_b * torch.exp(m_b - m_finite)", "l = l_a + l_b")
+# A bug that is none of the usual mistakes: O off by a factor that no replay makes.
+ODD_EPILOGUE = ("o_rows = acc / l_i[..., None]", "o_rows = acc / (l_i[..., None] + 0.5)")
+
+
+@pytest.fixture(autouse=True)
+def fresh_session(monkeypatch):
+    monkeypatch.setattr(v, "_SEEN", {})
+    monkeypatch.setattr(v, "_LAST", [])
+
+
+def plant(module, old, new, tmp_path, monkeypatch):
+    text = (impl.SOLUTIONS_DIR / f"{module}.py").read_text()
+    assert not old or text.count(old) == 1, old
+    path = tmp_path / f"explained_{module}_{len(list(tmp_path.iterdir()))}.py"
+    path.write_text(text.replace(old, new) if old else text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    planted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planted)
+    serve(planted, module, monkeypatch)
+
+
+def explained(capsys):
+    capsys.readouterr()
+    v.explain()
+    return capsys.readouterr().out
+
+
+def test_before_any_check_explain_says_none_has_run(capsys):
+    out = explained(capsys)
+    assert "none has run" in out, out
+
+
+def test_after_a_pass_explain_shows_the_pass_not_an_old_diagnosis(tmp_path, monkeypatch, capsys):
+    plant("online_softmax", *NO_RESCALE, tmp_path, monkeypatch)
+    softmax.check_merge_states()
+    assert "added without rescaling" in explained(capsys)
+    plant("online_softmax", "", "", tmp_path, monkeypatch)  # the fix saved: the solution again
+    softmax.check_merge_states()
+    out = explained(capsys)
+    assert out.startswith("PASS online_softmax.py Part 2 (merge_states)"), out
+    assert "rescaling" not in out and "nothing to explain" in out, out
+
+
+def test_after_a_part_2_failure_explain_shows_part_2_not_an_earlier_part_1(tmp_path, monkeypatch, capsys):
+    plant("naive", ".triu(diagonal=1)", ".tril(diagonal=1)", tmp_path, monkeypatch)  # Part 2, a known cause
+    naive.check_naive()
+    plant("tiled", *ODD_EPILOGUE, tmp_path, monkeypatch)  # Part 5, no known cause
+    tiled.check_tiled()
+    out = explained(capsys)
+    assert out.startswith("FAIL tiled.py"), out
+    assert "naive.py" not in out and "tril" not in out, out
+
+
+def test_check_tiled_failing_twice_is_explained_and_its_second_look_differs(tmp_path, monkeypatch, capsys):
+    plant("tiled", *ODD_EPILOGUE, tmp_path, monkeypatch)
+    tiled.check_tiled()
+    first = capsys.readouterr().out
+    tiled.check_tiled()
+    second = capsys.readouterr().out
+    assert first != second, first
+    assert "none of the usual mistakes gives this result" in first and "compare next: " not in first, first
+    assert f"likely cause: {v.NO_KNOWN_CAUSE}" in second and "compare next: " in second, second
+    out = explained(capsys)
+    assert "no check has failed" not in out and out.startswith("FAIL tiled.py"), out
+    assert "compare next: " in out, out
+
+
+def test_a_failure_with_a_hint_and_no_cause_still_shows_it_at_once():
+    todo = v.fail("naive", 1, "Part 1 is not implemented yet", hint="open gqa_flash/naive.py, fill in Part 1")
+    assert v.staged(todo) == str(todo) and "likely cause" not in str(todo)
