@@ -19,7 +19,11 @@ things the grader outside cannot:
 * it gives up on a part that has already timed out or crashed ``--grade-strikes``
   times (counting the strikes of earlier runs, ``--grade-struck``): a
   submission that hangs in every test would otherwise cost a full timeout per
-  test.
+  test;
+* it runs none of the tests of a part the grader found not started
+  (``--grade-not-started``: its file is still the stub, which passes none of
+  them): each is collected, with its points, and gets its failed ``result``
+  at once, as "not started".
 
 It also lowers the process's own limits before any student code runs: no core
 dumps, no file larger than ``--grade-max-file-mb`` (a submission that prints
@@ -44,6 +48,7 @@ import pytest
 from gqa_flash import integrity
 from gqa_flash.grader.calls import StudentCrash, StudentRaised
 from gqa_flash.grader.isolation import set_limit
+from gqa_flash.grader.report import NOT_STARTED
 from gqa_flash.layout import GRADED_FILES
 from gqa_flash.grader.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
 
@@ -59,6 +64,7 @@ def pytest_addoption(parser):
     group.addoption("--grade-struck", default="", help="strikes from earlier runs: part:n,part:n")
     group.addoption("--grade-max-file-mb", type=float, default=256, help="largest file the run may write")
     group.addoption("--grade-memory-gb", type=float, default=16, help="address space limit on a CPU-only machine")
+    group.addoption("--grade-not-started", default="", help="parts still their stubs, not run: part,part")
 
 
 class _Recorder:
@@ -71,6 +77,7 @@ class _Recorder:
             part, _, n = entry.rpartition(":")
             self.strikes[part] = int(n)
         self.rootdir = Path(config.rootpath)
+        self.not_started = set(filter(None, config.getoption("grade_not_started").split(",")))
         self.outcome = {}  # nodeid -> (passed, message, timed_out) so far, over setup/call/teardown
         self.integrity = set()  # nodeids whose graded call was not the student's own work
         self.started = {}
@@ -87,9 +94,10 @@ class _Recorder:
         stem = item.path.stem.removeprefix("test_")
         return stem, rel.startswith(HIDDEN_DIR + "/")
 
-    def collected(self, items):
-        # Points are shared among the cases of one test function. (A restarted run
-        # collects fewer cases; the grader keeps the shares of the first run.)
+    def collected(self, items) -> list:
+        """Write every test's points, part and timeout; return the tests not to run (their parts not started),
+        each with its result written. Points are shared among the cases of one test function. (A restarted run
+        collects fewer cases; the grader keeps the shares of the first run.)"""
         cases = {}
         for item in items:
             cases.setdefault((item.path, item.originalname), []).append(item)
@@ -110,6 +118,11 @@ class _Recorder:
             tests.append(dict(id=item.nodeid, part=part, hidden=hidden, name=item.name,
                               max_score=share, timeout=timeout))
         self.write(event="collected", tests=tests)
+        idle = [item for item in items if self.part_of(item) in {(p, False) for p in self.not_started}]
+        for item in idle:
+            self.write(event="result", id=item.nodeid, passed=False, message=NOT_STARTED, timed_out=False,
+                       seconds=0.0, integrity=False, not_started=True)
+        return idle
 
     # --- running ----------------------------------------------------------------
 
@@ -223,9 +236,12 @@ def pytest_collectreport(report):
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     if _recorder is not None:
-        _recorder.collected(items)
+        idle = _recorder.collected(items)
+        if idle:  # not started: their results are written, they are not run
+            items[:] = [item for item in items if item not in idle]
+            config.hook.pytest_deselected(items=idle)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,9 +1,11 @@
 """Modules not started: a graded file that is still, comments aside, the stub the course hands out.
 
-Such a module is graded like any other (its tests run, so its points never depend on this judgement), but it
-is reported as one line, "not started", in the table and in Gradescope's results (:func:`mark_not_started`).
-A course with ``solutions/`` computes the stubs' fingerprints from them; the student edition and the
-Gradescope bundle carry them in :data:`STUB_PRINTS`.
+Such a module's tests are not run (:func:`parts_not_started`, read by :mod:`gqa_flash.grader.testrun`): a stub
+passes none of them (tests/test_stubs_fail.py runs them all on the stubs), so they would score 0 after minutes of
+the interpreter. Each of its tests scores 0, and the module is reported as one line, "not started", in the table
+and in Gradescope's results (:func:`mark_not_started`). A course with ``solutions/`` computes the stubs'
+fingerprints from them; the student edition and the Gradescope bundle carry them in :data:`STUB_PRINTS`. A
+module whose stub is unknown is never taken for not started: its tests run.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ import json
 import tokenize
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from gqa_flash import layout
 from gqa_flash.grader.report import NOT_STARTED
-from gqa_flash.grader.testrun import TestResult
+
+if TYPE_CHECKING:  # testrun imports this module
+    from gqa_flash.grader.testrun import TestResult
 
 
 # Where a course without solutions/ (the student edition, a Gradescope bundle) keeps its stubs' fingerprints:
@@ -75,12 +81,24 @@ def not_started(name: str, text: str | bytes | None, prints: dict[str, str]) -> 
     return code_fingerprint(text) == prints[name]
 
 
+def parts_not_started(files: dict[str, bytes], test_files, graded_files=layout.GRADED_FILES,
+                      prints: dict[str, str] | None = None) -> list[str]:
+    """The parts of test_files (``tests/graded/test_naive.py`` is part ``naive``) whose graded file in ``files``
+    (a submission's: {name: content}; a name it lacks is graded as its stub) is still its stub: their tests
+    need not run. An instructor's extra tests (not under tests/graded/) always run."""
+    prints = stub_fingerprints() if prints is None else prints
+    parts = [Path(t).stem.removeprefix("test_") for t in test_files if Path(t).parent.as_posix() == "tests/graded"]
+    return [part for part in dict.fromkeys(parts)
+            if f"{part}.py" in graded_files and not_started(f"{part}.py", files.get(f"{part}.py"), prints)]
+
+
 def mark_not_started(tests: list[TestResult], files: dict[str, bytes], graded_files=layout.GRADED_FILES,
                      prints: dict[str, str] | None = None) -> list[str]:
     """Mark the tests of each module whose submitted file (``files``) is still its stub; returns those modules.
 
-    Their tests ran as any others (a stub passes none: tests/test_stubs_fail.py), so marking changes no
-    points, only the report: one line per module, "not started", instead of a failure per test."""
+    Their tests were not run (:func:`parts_not_started`), or ran and failed (a stub passes none:
+    tests/test_stubs_fail.py), so marking changes no points, only the report: one line per module, "not
+    started", instead of a failure per test."""
     prints = stub_fingerprints() if prints is None else prints
     marked = []
     for part in dict.fromkeys(t.part for t in tests if not t.hidden):

@@ -25,6 +25,10 @@ Whatever the submission does, every test ends up with a result:
 A part (a graded module) that hangs or crashes ``strikes`` times is not run
 any further: its remaining tests fail with a message saying so. The whole
 submission has a time limit too; tests it leaves unrun fail with a message.
+
+A part whose file is still its stub (:func:`gqa_flash.grader.started.parts_not_started`) is not run at
+all: its tests are collected, for their names and points, and each fails at once as "not started" (a stub
+passes none of them), so a submission of two modules takes the time of two modules' tests.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gqa_flash.grader import isolation, sandbox
+from gqa_flash.grader import isolation, sandbox, started
 
 LOG_TAIL = 2000  # characters of pytest's own output kept for a message when a run goes wrong
 
@@ -54,6 +58,8 @@ class Limits:
     max_file_mb: float = 256  # the largest file the test process may write (a submission that prints forever)
     memory_gb: float = 16  # address space of the test process, on a machine with no GPU
     first_failure: bool = False  # stop at the first failing test (a quick "does it lose points?"; the rest: not run)
+    # Run the tests of a module still holding its stub too (they all fail: tests/test_stubs_fail.py runs them so).
+    run_not_started: bool = False
     # The defences before and around the student's code; off only in the grader's own tests of those beneath.
     gate: bool = True  # the static gate (gqa_flash.grader.gate): a refused file never runs
     audit: bool = True  # the executor's audit hook (gqa_flash.grader.audit)
@@ -126,12 +132,14 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
     if report.isolation == "user":  # the executor's user must reach its folder (only that: no listing)
         workdir.chmod(0o711)
     tampering: list[str] = []
+    idle = [] if limits.run_not_started else started.parts_not_started(files, test_files, course.graded_files)
     while not (STOP.is_set() and collected is None):
         sandbox.build(course, copy, {})
         tree_files = sandbox.build_executor(course, tree, files)
         log = workdir / f"run{report.runs}.jsonl"
         out = workdir / f"run{report.runs}.out"
-        run = _run_once(copy, targets, log, out, limits, strikes, deadline, tree, report.isolation, limits.audit)
+        run = _run_once(copy, targets, log, out, limits, strikes, deadline, tree, report.isolation, limits.audit,
+                        idle)
         report.runs += 1
         found = sandbox.tampered(course, copy) + sandbox.tampered(course, tree, tree_files)
         tampering.extend(p for p in found if p not in tampering)
@@ -148,7 +156,8 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
         for test_id, rec in run.results.items():
             if test_id in collected and test_id not in done:
                 done[test_id] = _result(collected[test_id], rec["passed"], rec["message"], rec.get("seconds", 0.0),
-                                        integrity=rec.get("integrity") is True)
+                                        integrity=rec.get("integrity") is True,
+                                        not_started=rec.get("not_started") is True)
                 if rec.get("timed_out"):
                     strikes[collected[test_id]["part"]] = strikes.get(collected[test_id]["part"], 0) + 1
         if run.in_progress in collected and run.in_progress not in done:
@@ -182,11 +191,12 @@ def run_tests(course: sandbox.Course, files: dict[str, bytes], workdir: Path, te
     return report
 
 
-def _result(info: dict, passed: bool, message: str, seconds: float, integrity: bool = False) -> TestResult:
+def _result(info: dict, passed: bool, message: str, seconds: float, integrity: bool = False,
+            not_started: bool = False) -> TestResult:
     return TestResult(id=info["id"], part=info["part"], name=info["name"], max_score=info["max_score"],
                       passed=passed, message=message, hidden=info.get("hidden", False), seconds=seconds,
                       bonus=info["part"] in sandbox.BONUS_PARTS and not info.get("hidden", False),
-                      integrity=integrity and not passed)
+                      integrity=integrity and not passed, not_started=not_started and not passed)
 
 
 @dataclass
@@ -200,7 +210,7 @@ class _Run:
     lingered: bool = False  # every test had its result, but the process did not exit: killed
 
 
-def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> list[str]:
+def _command(targets, log: Path, limits: Limits, strikes: dict[str, int], idle=()) -> list[str]:
     cmd = [
         sys.executable, "-m", "pytest", *targets,
         "-p", "gqa_flash.grader.plugin", "-p", "pytest_timeout",
@@ -209,6 +219,7 @@ def _command(targets, log: Path, limits: Limits, strikes: dict[str, int]) -> lis
         f"--grade-struck={','.join(f'{p}:{n}' for p, n in strikes.items())}",
         f"--grade-max-file-mb={limits.max_file_mb}",
         f"--grade-memory-gb={limits.memory_gb}",
+        f"--grade-not-started={','.join(idle)}",
         "-q", "--tb=short", "--show-capture=no", "--import-mode=importlib",
         "-p", "no:cacheprovider", "--continue-on-collection-errors",
         "-o", "addopts=",
@@ -246,8 +257,7 @@ def _environment(copy: Path, mark: str, tree: Path, kind: str, audit: bool = Tru
 def _kill_marked(mark: str) -> None:
     """Kill every process whose environment carries ``mark``: what a test process started and left running,
     also in a session of its own (setsid), which killing the process group misses. Linux only (/proc); a
-    process that replaced its environment on purpose escapes this (docs/instructors.md: what the grader does
-    not stop)."""
+    process that replaced its environment on purpose escapes this."""
     needle = f"{RUN_MARK}={mark}".encode()
     for entry in Path("/proc").glob("[0-9]*"):
         try:
@@ -258,13 +268,13 @@ def _kill_marked(mark: str) -> None:
 
 
 def _run_once(copy: Path, targets, log: Path, out: Path, limits: Limits, strikes, deadline, tree: Path,
-              kind: str, audit: bool = True) -> _Run:
+              kind: str, audit: bool = True, idle=()) -> _Run:
     run = _Run()
     log.touch()
     mark = uuid.uuid4().hex
     with open(out, "wb") as out_file:
         proc = subprocess.Popen(
-            _command(targets, log, limits, strikes), cwd=copy, env=_environment(copy, mark, tree, kind, audit),
+            _command(targets, log, limits, strikes, idle), cwd=copy, env=_environment(copy, mark, tree, kind, audit),
             stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT, start_new_session=True,
         )
     with _live_lock:

@@ -1,0 +1,72 @@
+"""A module not started (its file still the stub) is not run by the grader, and scores as if it had been.
+
+A submission of two modules once took 107 s against 123 s for all of them: the stubs' tests ran, to fail.
+Now they are collected (names and points) and fail at once as "not started" (gqa_flash/grader/started.py,
+testrun.py, plugin.py), with the same verdict and points as when they run (Limits.run_not_started).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gqa_flash.grader import grade, gradescope, release, sandbox, started, testrun
+from gqa_flash.grader.report import NOT_STARTED
+from gqa_flash.grader.testrun import Limits
+
+SOLUTIONS = release.SOLUTIONS_DIR
+STUBS = {p.name: text for p, text in release.plan(SOLUTIONS, Path("gqa_flash")).items()}
+LIMITS = Limits(timeout_cap_s=60, submission_s=400)
+
+
+def _events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def test_which_parts_are_not_started():
+    prints = started.stub_fingerprints()
+    files = {"naive.py": (SOLUTIONS / "naive.py").read_bytes(), "tiled.py": STUBS["tiled.py"].encode(),
+             "forward.py": ("# my notes\n" + STUBS["forward.py"]).encode()}  # a comment starts nothing
+    tests = ["tests/graded/test_naive.py", "tests/graded/test_tiled.py", "tests/graded/test_forward.py",
+             "tests/graded/test_decode.py", "tests/extra/test_tiled.py"]  # decode.py not submitted: its stub
+    assert started.parts_not_started(files, tests, prints=prints) == ["tiled", "forward", "decode"]
+    assert started.parts_not_started(files, tests, prints={}) == []  # stubs unknown: every part runs
+
+
+@pytest.mark.timeout(600)
+def test_the_tests_of_a_module_not_started_do_not_run(tmp_path):
+    course = sandbox.snapshot()
+    files = {"naive.py": (SOLUTIONS / "naive.py").read_bytes(),
+             "online_softmax.py": STUBS["online_softmax.py"].encode()}
+    test_files = course.tests_of({"naive", "online_softmax"})
+    report = testrun.run_tests(course, files, tmp_path, test_files, LIMITS)
+    events = _events(tmp_path / "run0.jsonl")
+    collected = {t["id"]: t["part"] for t in next(e for e in events if e["event"] == "collected")["tests"]}
+    ran = {collected[e["id"]] for e in events if e["event"] == "start"}
+    assert ran == {"naive"}, f"tests started in parts {ran}: online_softmax is the stub and must not run"
+    stub_tests = [t for t in report.tests if t.part == "online_softmax"]
+    assert stub_tests and len(stub_tests) == sum(p == "online_softmax" for p in collected.values())
+    assert all(not t.passed and t.not_started and t.seconds == 0 and t.message == NOT_STARTED for t in stub_tests)
+    assert sum(t.max_score for t in stub_tests) == pytest.approx(15)
+    assert all(t.passed for t in report.tests if t.part == "naive"), [t.message for t in report.tests]
+
+
+@pytest.mark.timeout(600)
+def test_the_verdict_and_points_are_those_of_running_the_stubs_tests(tmp_path):
+    submitted = tmp_path / "alice"
+    submitted.mkdir()
+    (submitted / "online_softmax.py").write_text(STUBS["online_softmax.py"])
+    course = sandbox.snapshot()
+    skipped = grade.grade(submitted, course=course, only={"online_softmax"}, limits=LIMITS, workdir=tmp_path)
+    ran = grade.grade(submitted, course=course, only={"online_softmax"},
+                      limits=Limits(timeout_cap_s=60, submission_s=400, run_not_started=True), workdir=tmp_path)
+    assert any(t.seconds > 0 for t in ran.tests), "run_not_started ran none of the stub's tests"
+    assert all(t.seconds == 0 for t in skipped.tests)
+
+    def outcome(report):
+        return [(t.id, t.max_score, t.score, t.not_started, t.message) for t in report.tests]
+
+    assert outcome(skipped) == outcome(ran) and skipped.tests and skipped.score == 0
+    assert grade.table(skipped).splitlines()[1:] == grade.table(ran).splitlines()[1:]
+    assert gradescope.results_json(skipped)["tests"] == gradescope.results_json(ran)["tests"]
+    assert gradescope.results_json(skipped)["tests"][0]["name"] == "online_softmax.py: not started"
