@@ -34,11 +34,17 @@ A module the student has not started (still its stub: ``grade.not_started``) is 
 started", worth its module's points, not a red entry per test: a student who
 skips the bonus sees two lines, not some thirty failures. The bundle holds its
 stubs' fingerprints (``grade.STUB_PRINTS``) to tell.
+
+The assignment's total on Gradescope is the instructor's to set, and the
+tests' maxima do not give it: they add up to 145 (100 required, 45 bonus).
+:func:`total_note` says what to set (100, plus any hidden tests' points), and
+:func:`write_bundle` prints it on stderr when it writes the zip.
 """
 
 from __future__ import annotations
 
 import stat
+import sys
 import zipfile
 from pathlib import Path
 
@@ -166,9 +172,33 @@ def _requirements(course_dir: Path) -> tuple[str, list[str]]:
     return torch, [d for d in deps if d != torch]
 
 
+def total_note(course: sandbox.Course) -> str:
+    """What to set the assignment's total points to on Gradescope, and why not the sum of the tests' maxima."""
+    from gqa_flash.grader import grade  # grade imports this module
+    from gqa_flash.grader.report import num, total
+
+    parts = grade.not_graded(course, course.tests_of(), "")  # a part each, worth its tests' points, never run
+    required = [t for t in parts if not t.bonus and not t.hidden]
+    bonus, hidden = [t for t in parts if t.bonus], [t for t in parts if t.hidden]
+    worth = total(t.max_score for t in required + hidden)
+
+    def listing(tests) -> str:
+        return ", ".join(f"{t.part} {num(t.max_score)}" for t in tests)
+
+    lines = [f"On Gradescope, set the assignment's total points to {num(worth)}, the required modules' "
+             f"({listing(required)}" + (f"; hidden tests {num(total(t.max_score for t in hidden))}" if hidden else "")
+             + ")."]
+    if bonus:
+        most = total(t.max_score for t in parts)
+        lines.append(f"The bonus modules' points ({listing(bonus)}) come on top, so a submission scores up to "
+                     f"{num(most)} / {num(worth)}; {num(most)}, the sum of the tests' maxima, is not the total to set.")
+    return " ".join(lines)
+
+
 def write_bundle(dest: Path, course_dir: Path = sandbox.COURSE_DIR, extra_tests: Path | None = None,
-                 timeout_s: float = 540) -> list[str]:
-    """Write the autograder zip; returns the names in it."""
+                 timeout_s: float = 540, say=lambda line: print(line, file=sys.stderr)) -> list[str]:
+    """Write the autograder zip; returns the names in it. ``say`` (None: quiet) gets the line that tells
+    the instructor what to set the assignment's total to (:func:`total_note`)."""
     course = sandbox.snapshot(course_dir)
     torch, others = _requirements(course_dir)
     extra = ' \\\n    --extra-tests "$ROOT/source/hidden_tests"' if extra_tests else ""
@@ -193,4 +223,6 @@ def write_bundle(dest: Path, course_dir: Path = sandbox.COURSE_DIR, extra_tests:
             archive.writestr(info, text)
         for name, content in sorted(files.items()):
             archive.writestr(name, content)
+    if say is not None:
+        say(f"{dest}: {total_note(sandbox.snapshot(course_dir, extra_tests=extra_tests))}")
     return sorted([*scripts, *files])
