@@ -117,9 +117,9 @@ class kernel_only:
             frame = frame.f_back
         return False
 
-    def _counting(self, run, count=True):
+    def _counting(self, run):
         def counted(fn_self, *args, **kwargs):
-            if count and not kwargs.get("warmup", False) and not self._inside_triton:
+            if not kwargs.get("warmup", False) and not self._inside_triton:
                 self.count += 1
             self._inside_triton += 1
             try:
@@ -166,7 +166,7 @@ class kernel_only:
             setattr(owner, name, self._forbid(owner, name))
         for cls in (JITFunction, InterpretedFunction, Autotuner):
             self._saved.append((cls, "run", cls.__dict__["run"]))
-            setattr(cls, "run", self._counting(cls.__dict__["run"], count=cls is not Autotuner))
+            setattr(cls, "run", self._counting(cls.__dict__["run"]))  # the outermost run is the launch
         self._mode = self._dispatch_mode()
         self._mode.__enter__()
         return self
