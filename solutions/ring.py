@@ -100,10 +100,10 @@ def merge_blocks(o, lse, o_blk, lse_blk):
     yet has ``lse = -inf`` (and any ``o``).
     """
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
-    # What: notebook 02's merge, for outputs: each part's O is its softmax
-    # over its own keys, so weigh each by its share of the whole row's sum,
-    # exp(lse_part - lse_total), where lse_total is the log of the sum of
-    # the two parts' sums.
+    # What: notebook 02's merge, for outputs: each part's O is a softmax
+    # average over its own keys only, so weigh each by its share of the
+    # whole row's sum of exponentials. An lse is the log of one part's sum:
+    # the two shares and the merged lse come from the two lse's alone.
     # Why: a rank never sees the whole row of scores at once, only one
     # block's; the LSE carries exactly what the merge needs.
     # Shapes: as the inputs; return o [..., n, D] and lse [..., n].

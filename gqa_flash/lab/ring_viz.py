@@ -6,6 +6,7 @@ pictures are right before your parts are.
 
 from __future__ import annotations
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -73,6 +74,91 @@ def plot_causal_work(world_size=4):
     axes[0].set_ylabel("score entries computed (thousands)")
     axes[1].legend(fontsize=8, loc="upper left")
     fig.suptitle(f"causal attention over {64 * world_size} positions on {world_size} ranks", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_block_pairs(world_size=2, rank=1, layout="zigzag", chunk=4):
+    """Part 2 in pictures: at each step, the query chunks of ``rank`` against the key chunks of the block it
+    holds, on the causal score matrix of the whole sequence; each pair is seen whole, in part (the diagonal
+    pair: the causal mask), or not at all, found position by position as the check finds them."""
+    held = replayed_sources(world_size)
+    n_chunks = world_size * context_parallel.check_layout(layout)
+    n = n_chunks * chunk
+    owner = {c: r for r in range(world_size) for c in context_parallel.chunk_ids(r, world_size, layout)}
+    visible = np.tril(np.ones((n, n), dtype=bool))  # query row q sees key column k <= q
+    kinds = {"whole": ("tab:green", "seen whole (diagonal False)"),
+             "diagonal": ("tab:orange", "seen in part: the causal mask (diagonal True)"),
+             "none": ("0.45", "nothing to compute: left out")}
+    fig, axes = plt.subplots(1, world_size, figsize=(4.3 * world_size, 5.0), squeeze=False)
+    for step, ax in enumerate(axes[0]):
+        source = held[step][rank]
+        image = np.ones((n, n, 4))
+        image[visible] = (0.86, 0.86, 0.86, 1.0)  # what a query may see, in the whole sequence
+        outlines = []
+        for i, qc in enumerate(context_parallel.chunk_ids(rank, world_size, layout)):
+            for j, kc in enumerate(context_parallel.chunk_ids(source, world_size, layout)):
+                rows, cols = slice(qc * chunk, (qc + 1) * chunk), slice(kc * chunk, (kc + 1) * chunk)
+                seen = visible[rows, cols]
+                kind = "whole" if seen.all() else "diagonal" if seen.any() else "none"
+                rgb = matplotlib.colors.to_rgb(kinds[kind][0])
+                tile = np.where(seen[..., None], (*rgb, 0.75), (*rgb, 0.12))
+                image[rows, cols] = tile * tile[..., 3:] + image[rows, cols] * (1 - tile[..., 3:])
+                image[rows, cols, 3] = 1.0
+                outlines.append((kc, qc, kind))
+                ax.text((kc + 0.5) * chunk, (qc + 0.5) * chunk, f"({i}, {j})", ha="center", va="center",
+                        fontsize=9, fontweight="bold")
+        ax.imshow(image, origin="upper", extent=(0, n, n, 0), interpolation="nearest")
+        for kc, qc, kind in outlines:
+            ax.add_patch(plt.Rectangle((kc * chunk, qc * chunk), chunk, chunk, fill=False, lw=1.4,
+                                       edgecolor=kinds[kind][0], hatch="//" if kind == "none" else None))
+        for b in range(1, n_chunks):
+            ax.axhline(b * chunk, color="0.6", lw=0.6)
+            ax.axvline(b * chunk, color="0.6", lw=0.6)
+        ticks = [(c + 0.5) * chunk for c in range(n_chunks)]
+        labels = [f"chunk {c}\n(rank {owner[c]})" for c in range(n_chunks)]
+        ax.set_xticks(ticks, labels, fontsize=7)
+        ax.set_yticks(ticks, labels, fontsize=7)
+        ax.tick_params(length=0)
+        ax.set_title(f"step {step}: rank {rank} holds the block of rank {source}", fontsize=9)
+    axes[0][0].set_ylabel(f"queries (rank {rank}'s chunks: the marked rows)", fontsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, alpha=0.6, edgecolor=c, hatch="//" if k == "none" else None)
+               for k, (c, _) in kinds.items()]
+    fig.legend(handles, [label for _, label in kinds.values()], loc="lower center", ncol=3, fontsize=8,
+               frameon=False)
+    fig.suptitle(f"layout={layout!r}, {world_size} ranks, causal; keys across, queries down, grey: what a query "
+                 f"may see\n(i, j) = (q_chunk, kv_chunk): the chunks' places in the two shards", fontsize=9)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def plot_merge_shares(n_keys=12, split=5, seed=0):
+    """Part 3 in pictures: one row's softmax over two blocks of keys, each block's own softmax, and the whole
+    row's, which is each block's scaled by that block's share of the row's sum."""
+    scores = np.random.default_rng(seed).normal(0.0, 0.8, n_keys)
+    e = np.exp(scores - scores.max())
+    blocks = {"a": slice(0, split), "b": slice(split, n_keys)}
+    colours = {"a": "tab:blue", "b": "tab:red"}
+    share = {name: e[s].sum() / e.sum() for name, s in blocks.items()}
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.3), sharey=True)
+    for ax, name in zip(axes[:2], blocks):
+        s = blocks[name]
+        keys = np.arange(n_keys)[s]
+        ax.bar(keys, e[s] / e[s].sum(), color=colours[name], alpha=0.8)
+        ax.set_title(f"block {name} alone: a softmax over its {len(keys)} keys (sums to 1)\n"
+                     f"its O is the average of its V rows with these weights", fontsize=8)
+    for name, s in blocks.items():
+        axes[2].bar(np.arange(n_keys)[s], e[s] / e.sum(), color=colours[name], alpha=0.8,
+                    label=f"block {name}: its own weights x {share[name]:.2f}")
+    axes[2].set_title("the whole row: a softmax over all the keys\n"
+                      "each block's weights, scaled by its share of the row's sum", fontsize=8)
+    axes[2].legend(fontsize=8, loc="upper right")
+    for ax in axes:
+        ax.set_xticks(range(n_keys))
+        ax.set_xlabel("key", fontsize=8)
+        ax.set_xlim(-0.7, n_keys - 0.3)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("softmax weight")
     fig.tight_layout()
     return fig
 
