@@ -2,7 +2,8 @@
 
 A submission of two modules once took 107 s against 123 s for all of them: the stubs' tests ran, to fail.
 Now they are collected (names and points) and fail at once as "not started" (gqa_flash/grader/started.py,
-testrun.py, plugin.py), with the same verdict and points as when they run (Limits.run_not_started).
+testrun.py, plugin.py), with the same verdict and points as when they run (Limits.run_not_started). That
+rests on one fact, checked here too: run on the stubs, every graded test fails.
 """
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gqa_flash import layout
 from gqa_flash.grader import grade, gradescope, release, sandbox, started, testrun
 from gqa_flash.grader.report import NOT_STARTED
 from gqa_flash.grader.testrun import Limits
@@ -70,3 +72,20 @@ def test_the_verdict_and_points_are_those_of_running_the_stubs_tests(tmp_path):
     assert grade.table(skipped).splitlines()[1:] == grade.table(ran).splitlines()[1:]
     assert gradescope.results_json(skipped)["tests"] == gradescope.results_json(ran)["tests"]
     assert gradescope.results_json(skipped)["tests"][0]["name"] == "online_softmax.py: not started"
+
+
+@pytest.mark.timeout(900)
+def test_every_graded_test_fails_on_the_stubs_when_run(tmp_path):
+    """What skipping a stub's tests rests on: run, none of them passes. (A submission with no file at all is
+    not run, "nothing to grade": the stubs are handed in, and run_not_started runs their tests.)"""
+    submitted = tmp_path / "stubs"
+    submitted.mkdir()
+    for name in layout.GRADED_FILES:
+        (submitted / name).write_text(STUBS[name])
+    report = grade.grade(submitted, limits=Limits(run_not_started=True), workdir=tmp_path)
+    assert report.stop is None and {t.part for t in report.tests} == set(layout.GRADED_MODULES), grade.table(report)
+    ran = {t.part for t in report.tests if t.seconds > 0}
+    assert ran == set(layout.GRADED_MODULES), f"parts whose tests did not run: {set(layout.GRADED_MODULES) - ran}"
+    passed = [t.id for t in report.tests if t.passed]
+    assert not passed, f"graded tests that pass on the stubs (skipping them would cost their points): {passed}"
+    assert report.score == 0 and all(t.not_started for t in report.tests), grade.table(report)
