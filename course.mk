@@ -1,5 +1,6 @@
 # What a student runs, shared by the instructor's Makefile and the student edition's (which
-# `make student-edition` writes): setup, lab, test-graded, grade, submission, clean.
+# `make student-edition` writes): setup, lab, test-graded, grade, submission, clean; and grade-submissions,
+# the instructor's and the TA's (it works in the student edition too, which holds no solutions/).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,7 +10,7 @@ WORKERS ?= 2
 # JupyterLab refuses to run as root unless told to (containers, CI).
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup lab test-graded grade submission clean
+.PHONY: setup lab test-graded grade submission grade-submissions clean
 
 setup: $(VENV)/.installed
 
@@ -38,6 +39,20 @@ grade: setup
 # Writes submission.zip here (OUT=path.zip to choose), then says what went in and how to hand it in.
 submission: setup
 	$(BIN)/python -m gqa_flash.grader.handin $(if $(strip $(OUT)),--out "$(strip $(OUT))")
+
+# Grade students' submissions with this course's .venv (instructors and TAs): one, or a batch.
+#   make grade-submissions SUBMISSIONS=alice.zip [OUT=results.json]          its table (and Gradescope's results.json)
+#   make grade-submissions SUBMISSIONS="submissions/*" CSV=grades.csv OUT=results/ [JOBS=4]
+#   make grade-submissions CSV=grades.csv OUT=results/ REGRADE="alice bob"   grade those rows of the CSV again
+# SUBMISSIONS: zips, folders or .py files, as the shell reads them (quote a name with spaces inside: '"A B.zip"').
+# MODULE= as for grade; ARGS= any other option of python -m gqa_flash.grader (--workdir, --timeout, --extra-tests).
+GRADE_SUBMISSIONS_ARGS = $(strip $(SUBMISSIONS) $(if $(strip $(CSV)),--csv "$(strip $(CSV))") \
+  $(if $(strip $(OUT)),--out "$(strip $(OUT))") $(if $(strip $(JOBS)),--jobs $(strip $(JOBS))) \
+  $(if $(strip $(MODULE)),--only "$(strip $(MODULE))") $(ARGS) $(if $(strip $(REGRADE)),--regrade $(REGRADE)))
+grade-submissions: setup
+	@test -n "$(strip $(SUBMISSIONS)$(REGRADE))" || { echo "make grade-submissions: say which, e.g." \
+	  "SUBMISSIONS=alice.zip, or SUBMISSIONS='submissions/*' CSV=grades.csv OUT=results/"; exit 2; }
+	$(BIN)/python -m gqa_flash.grader $(GRADE_SUBMISSIONS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
