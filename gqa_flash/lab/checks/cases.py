@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from gqa_flash import impl, testing
-from gqa_flash.lab.checks.verdict import Stop, fmt, run_student
+from gqa_flash.lab.checks.verdict import Stop, fmt, matches, part_code, run_student
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -71,6 +71,79 @@ def kv_index(n_q_heads, n_kv_heads, how="div"):
     if int(idx.max()) >= n_kv_heads:
         raise IndexError("variant reads a KV head that does not exist")
     return idx
+
+
+def head_mapping(out, q, k, v, causal, sm_scale, atol, rtol):
+    """The KV head each query head of ``out`` read: a list with one KV head per query head, found by comparing
+    each head of ``out`` with attention over each KV head in float64, or None when some head matches no KV head
+    (the mistake is not the mapping alone)."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape):
+        return None
+    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    got = out.detach().to("cpu", torch.float64)
+    n = q.shape[2]
+    hide = torch.ones(n, n, dtype=torch.bool).triu(1) if causal else torch.zeros(n, n, dtype=torch.bool)
+    mapping = []
+    for h in range(q.shape[1]):
+        for j in range(k.shape[1]):
+            s = (q[:, h] @ k[:, j].transpose(-1, -2) * sm_scale).masked_fill(hide, float("-inf"))
+            if matches(got[:, h], torch.softmax(s, dim=-1) @ v[:, j], 2 * atol, 2 * rtol):
+                mapping.append(j)
+                break
+        else:
+            return None
+    return mapping
+
+
+def _heads(mapping) -> str:
+    return ", ".join(str(j) for j in mapping)
+
+
+# How a part's code may copy the KV heads so that they come out dealt in turn, and what it does.
+_TILING = [
+    (re.compile(r"\.repeat\s*\("), ".repeat", ".repeat copies the whole stack of KV heads, one stack after another"),
+    (re.compile(r"\btile\s*\("), "tile", "tile copies the whole stack of KV heads, one stack after another"),
+    (re.compile(r"\bcat\s*\("), "cat", "concatenating copies of the stack of KV heads puts one whole stack after "
+                                     "another"),
+    (re.compile(r"\.expand\s*\("), ".expand", "a new dimension expanded in front of the KV heads' dimension, then "
+                                            "merged with it, puts one whole stack after another"),
+]
+
+
+def gqa_cause(module: str, part: int, mapping, n_q_heads: int, n_kv_heads: int):
+    """(cause, hint) of a wrong head mapping found by :func:`head_mapping`, in words: which KV heads the query
+    heads read, against which they should, and the likely mistake, named only by what the part's code holds
+    (a ``%`` is blamed only where the code has one). None when the mapping is right."""
+    group = n_q_heads // n_kv_heads
+    right = [h // group for h in range(n_q_heads)]
+    if mapping is None or list(mapping) == right:
+        return None
+    code = part_code(module, part)
+    read = (f"query heads 0-{n_q_heads - 1} read KV heads {_heads(mapping)}; with {n_q_heads} query heads on "
+            f"{n_kv_heads} KV heads they must read {_heads(right)} (each group of {group} consecutive query heads "
+            "shares one KV head)")
+    hint = (f"query head h reads KV head h // group, with group = n_q_heads // n_kv_heads ({group} here): print "
+            "the KV head your code gives each query head and compare")
+    if list(mapping) == [h % n_kv_heads for h in range(n_q_heads)]:
+        if "%" in code:
+            return f"% instead of //: {read}; h % n_kv_heads deals the query heads out to the KV heads in turn", hint
+        tiling = next(((name, does) for pattern, name, does in _TILING if pattern.search(code)), None)
+        if tiling:
+            name, does = tiling
+            return (f"the KV heads are copied in the wrong order: {read}. {does[0].upper() + does[1:]} "
+                    f"({_heads(range(n_kv_heads))}, {_heads(range(n_kv_heads))}, ...), which deals the query heads "
+                    "out to the KV heads in turn",
+                    f"each KV head must be repeated in place, {group} times in a row, before the next "
+                    f"(repeat_interleave does that, where {name} does not), or pick the KV heads with a tensor of "
+                    "indices, one per query head")
+        return f"the query heads are dealt out to the KV heads in turn: {read}", hint
+    if all(j == 0 for j in mapping):
+        return f"every query head reads KV head 0: {read}; the group size comes out as {n_q_heads} or more", hint
+    sizes = [g for g in range(1, n_q_heads + 1) if list(mapping) == [h // g for h in range(n_q_heads)]]
+    if sizes:
+        wrong = "n_kv_heads" if sizes[0] == n_kv_heads else str(sizes[0])
+        return (f"the group size is {wrong}, not n_q_heads // n_kv_heads = {group}: {read}", hint)
+    return f"the head mapping is wrong: {read}", hint
 
 
 def where_attention(problem, case: Case, with_tile=False) -> str:

@@ -7,7 +7,8 @@
   position of the two shards.
 * Part 3, :func:`check_merge_blocks`: merging (O, LSE) of random rows, rows that have seen nothing yet (-inf)
   included, against the float64 attention of the two key sets taken together.
-* :func:`check_ring_attention`: ``gqa_flash.ring_attention`` on 2 and 3 gloo processes against the reference.
+* :func:`check_ring_attention`: ``gqa_flash.ring_attention`` on 2 and 3 gloo processes against the reference,
+  once the three parts pass their own checks (a part that fails is the one its verdict names).
 
 On a wrong answer each check replays the usual mistakes (the ring turning the wrong way, the diagonal
 unmasked, the zigzag halves swapped, a merge without the LSE...) and names the one your result matches.
@@ -15,10 +16,12 @@ unmasked, the zigzag halves swapped, a merge without the LSE...) and names the o
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from gqa_flash import context_parallel
-from gqa_flash.lab.checks.verdict import Stop, Verdict, fail, load, prints_verdict, run_student, what
+from gqa_flash.lab.checks.verdict import PARTS, Stop, Verdict, fail, load, prints_verdict, run_student, what
 
 MODULE = "ring"
 
@@ -86,6 +89,11 @@ def _positions(rank, world_size, layout):
     return tuple(range(context_parallel.check_layout(layout)))
 
 
+def _ranks(rank, world_size, layout):
+    """Every chunk of a shard numbered by its rank: a block_pairs that compares ranks, not chunk numbers."""
+    return (rank,) * context_parallel.check_layout(layout)
+
+
 _PAIR_MISTAKES = [  # (keyword arguments of seen_pairs that replay it, what to tell the student)
     (dict(diagonal_masked=False), "a diagonal pair is not marked diagonal: the block where a chunk meets itself "
                                   "needs the causal mask (True)"),
@@ -95,6 +103,10 @@ _PAIR_MISTAKES = [  # (keyword arguments of seen_pairs that replay it, what to t
       for m, t in ((True, True), (False, True), (True, False))],
     (dict(chunk_ids=_positions), "shard positions are compared, not global chunk numbers: chunk 1 of one shard "
                                  "is not chunk 1 of another; compare context_parallel.chunk_ids"),
+    (dict(chunk_ids=_ranks), "ranks are compared, not chunk numbers: with the zigzag layout a rank holds two chunks "
+                             "far apart (chunk r and chunk 2 * world_size - 1 - r), so the rank that sent a block "
+                             "does not say which of its chunks come before a query chunk; compare the global chunk "
+                             "numbers of context_parallel.chunk_ids, pair by pair"),
 ]
 
 
@@ -111,6 +123,12 @@ def _as_pairs(out, where):
     if problem:
         raise Stop(fail(MODULE, 2, problem, where=where))
     return sorted(tuple(item) for item in out)
+
+
+_PAIRS_COMPARE = ("for the case named under where, the global chunk numbers of both shards "
+                  "(context_parallel.chunk_ids) and, for each (q chunk, kv chunk) of them, whether every query of "
+                  "the one may see every key of the other (earlier chunk), some of them (the same chunk: diagonal) "
+                  "or none (later chunk); your list must hold exactly the first two kinds")
 
 
 @prints_verdict
@@ -136,7 +154,7 @@ def check_block_pairs():
                         cause = next((text for kw, text in _PAIR_MISTAKES
                                       if seen_pairs(**{**args, **kw}) == got), None)
                         raise Stop(fail(MODULE, 2, "the wrong pairs", where=f"{where}: got {got}, expected "
-                                        f"{expected}", cause=cause))
+                                        f"{expected}", cause=cause, compare=_PAIRS_COMPARE))
     return Verdict(True, what(MODULE, 2), f"right pairs in all {cases} cases (both layouts, 1 to 4 ranks, "
                                            "causal and not)")
 
@@ -152,21 +170,29 @@ def attention64(s, v):
     return p @ v, lse
 
 
-def _merged64(o, lse, o_b, lse_b):
-    """The right merge, in float64 (for the replays of the mistakes)."""
-    total = torch.logaddexp(lse, lse_b)
-    safe = torch.where(torch.isneginf(total), 0.0, total)
-    return o * torch.exp(lse - safe)[:, None] + o_b * torch.exp(lse_b - safe)[:, None], total
-
-
-_MERGE_MISTAKES = [
-    (lambda o, l, ob, lb: ((o + ob) / 2, torch.logaddexp(l, lb)),
+# (O the mistake gives, what to tell the student): the mistakes of the merged O, whatever the merged LSE is
+_MERGE_O_MISTAKES = [
+    (lambda o, l, ob, lb: (o + ob) / 2,
      "the outputs are averaged: weigh each by exp(its lse - the merged lse), its share of the row's sum"),
-    (lambda o, l, ob, lb: (o * torch.exp(l)[:, None] + ob * torch.exp(lb)[:, None], torch.logaddexp(l, lb)),
+    (lambda o, l, ob, lb: torch.where(torch.isneginf(l)[:, None], ob, (o + ob) / 2),
+     "the outputs are averaged where both parts saw keys: weigh each by exp(its lse - the merged lse), its "
+     "share of the row's sum"),
+    (lambda o, l, ob, lb: o + ob,
+     "the outputs are added without weights: each part's O is already normalised over its own keys, so each "
+     "must be weighed by exp(its lse - the merged lse), its share of the row's sum, before adding"),
+    (lambda o, l, ob, lb: o * torch.exp(l)[:, None] + ob * torch.exp(lb)[:, None],
      "each output is weighed by exp(lse) but not divided by the row's total: the weights must sum to 1"),
-    (lambda o, l, ob, lb: (_merged64(o, l, ob, lb)[0], torch.maximum(l, lb)),
-     "the merged lse is the larger one: it is the log of the sum of both parts' sums (logaddexp)"),
 ]
+# (LSE the mistake gives, what to tell the student): the mistakes of the merged LSE
+_MERGE_LSE_MISTAKES = [
+    (lambda l, lb: torch.maximum(l, lb), "the merged lse is the larger one: it is the log of the sum of both "
+                                         "parts' sums (logaddexp)"),
+    (lambda l, lb: l + lb, "the two lse are added: the merged lse is the log of the sum of both parts' sums "
+                           "(logaddexp), not of their product"),
+    (lambda l, lb: l, "the running lse is kept: the merged lse must count the new block's keys too (logaddexp)"),
+]
+_MERGE_COMPARE = ("for the row named under where, each part's weight, exp(its lse - the merged lse) (print both, "
+                  "they sum to 1), and the merged lse, the log of the sum of both parts' sums, with yours")
 
 
 @prints_verdict
@@ -201,16 +227,21 @@ def check_merge_blocks():
     kind = {0: "a row that has seen no key in either part (both lse -inf)",
             1: "a row whose running part saw nothing yet (its lse -inf)",
             2: "a row the new block adds nothing to (lse_blk -inf)"}.get(row, "a row that saw keys in both parts")
-    def same(replay):
-        o_r, lse_r = replay
-        return torch.allclose(o_r[row], o[row].double(), atol=1e-5) and torch.allclose(
-            lse_r[row], lse[row].double(), atol=1e-5, equal_nan=True)
+    o_right = torch.allclose(o[row].double(), want_o[row], atol=1e-5)
 
-    cause = "NaN where an lse is -inf: guard the weights (exp(-inf - (-inf)) is NaN)" if o[row].isnan().any() \
-        else next((text for f, text in _MERGE_MISTAKES if same(f(o_a, lse_a, o_b, lse_b))), None)
+    def same(replay, got):  # on every row: the first wrong row alone may fit several mistakes
+        return torch.allclose(replay, got.double(), atol=1e-5, equal_nan=True)
+
+    if o[row].isnan().any():
+        cause = "NaN where an lse is -inf: guard the weights (exp(-inf - (-inf)) is NaN)"
+    elif not o_right:
+        cause = next((text for f, text in _MERGE_O_MISTAKES if same(f(o_a, lse_a, o_b, lse_b), o)), None)
+    else:
+        cause = next((text for f, text in _MERGE_LSE_MISTAKES if same(f(lse_a, lse_b), lse)), None)
     raise Stop(fail(MODULE, 3, "the merged (O, LSE) differs from attention over both blocks at once",
                     where=f"row {row}, {kind}: O {_short(o[row])} expected {_short(want_o[row])}; lse "
-                          f"{lse[row].item():.4g} expected {want_lse[row].item():.4g}", cause=cause))
+                          f"{lse[row].item():.4g} expected {want_lse[row].item():.4g}", cause=cause,
+                    compare=_MERGE_COMPARE))
 
 
 def _short(row):
@@ -220,15 +251,38 @@ def _short(row):
 # --- The whole ring ---------------------------------------------------------------------------------------------
 
 
+PART_CHECKS = (check_ring_source, check_block_pairs, check_merge_blocks)
+
+_RING_COMPARE = ("ring_attention's own code (outside the banners) with the file you were given: its three parts "
+                 "pass their own checks, so the difference comes from how they are used; then print, on rank 0 of "
+                 "2, the source of each step, the pairs and the merged LSE after each")
+
+
+def _failing_part(part_verdicts) -> Verdict | None:
+    """The first part whose own check fails, as the whole ring's verdict: the ring runs every part at every step."""
+    for v in part_verdicts:
+        if not v.ok:
+            part = next((p for p, name in PARTS[MODULE].items() if v.what == what(MODULE, p)), None)
+            return dataclasses.replace(
+                v, what=what(MODULE, part) if part else v.what,
+                message=f"not run yet: Part {part} fails its own check, and the ring runs it at every step: "
+                        f"{v.message}" if part else v.message)
+    return None
+
+
 @prints_verdict
-def check_ring_attention():
-    """ring.py: ring_attention on 2 and 3 gloo processes (CPU), both layouts, against the float64 reference."""
+def check_ring_attention(part_verdicts=None):
+    """ring.py: ring_attention on 2 and 3 gloo processes (CPU), both layouts, against the float64 reference.
+
+    Its parts are checked first (``part_verdicts``, when given, are theirs): a part that fails its own check is
+    the one this verdict names, with that check's findings, and the ring is not run.
+    """
     from gqa_flash.lab import ring_run
 
-    mod = load(MODULE)
-    for part, call in ((1, lambda: mod.ring_source(0, 0, 1)), (2, lambda: mod.block_pairs("zigzag", 0, 0, 1, True)),
-                       (3, lambda: mod.merge_blocks(*(torch.zeros(1, 1) for _ in range(4))))):
-        run_student(MODULE, call, part=part)  # a part not started stops here, by name
+    load(MODULE)
+    failing = _failing_part(part_verdicts if part_verdicts is not None else [c.verdict() for c in PART_CHECKS])
+    if failing is not None:
+        raise Stop(failing)
     for world_size in (2, 3):
         cases = [dict(seed=world_size * 10 + i, batch=1, hq=4, hkv=2, n=4 * world_size, d=8, causal=causal,
                       layout=layout, dtype=torch.float32)
@@ -237,11 +291,12 @@ def check_ring_attention():
         errors = [f"rank {r}: {value.splitlines()[0]}" for r, (status, value) in enumerate(results) if status != "ok"]
         if errors:
             raise Stop(fail(MODULE, None, f"ring_attention failed on {world_size} processes",
-                            where="; ".join(errors)))
+                            where="; ".join(errors), compare=_RING_COMPARE))
         for case, (o, _, ref, _) in zip(cases, ring_run.whole_outputs(results, cases)):
             if not torch.allclose(o.double(), ref, atol=1e-5):
                 raise Stop(fail(MODULE, None, "ring_attention's output differs from the reference",
                                 where=f"{world_size} ranks, layout={case['layout']!r}, causal={case['causal']}: "
-                                      f"max error {(o.double() - ref).abs().max().item():.2e}"))
+                                      f"max error {(o.double() - ref).abs().max().item():.2e}",
+                                compare=_RING_COMPARE))
     return Verdict(True, what(MODULE), "ring_attention on 2 and 3 gloo processes, both layouts, causal and not, "
                                        "matches the reference")

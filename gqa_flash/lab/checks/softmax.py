@@ -34,11 +34,11 @@ def _where_row(case_name, index, label, got, expected):
     return f"case \"{case_name}\": {label}[{idx}]: got {fmt(got)}, expected {fmt(expected)}"
 
 
-def _state_mismatch(part, case_name, got_pair, ref_pair, cause_of):
+def _state_mismatch(part, case_name, got_pair, ref_pair, cause_of, compare=None):
     """Compare (m, l) with the float64 (m, l); on the first wrong one, stop with a FAIL for ``part``.
 
     ``cause_of(label, got)`` says the likely cause of a wrong ``label`` ("m" or "l"): a text, or a pair
-    (cause, hint).
+    (cause, hint); ``compare`` what to compare next when it knows none.
     """
     for label, got, ref in zip(("m", "l"), got_pair, ref_pair):
         problem = testing.mismatch(label, got, ref, labels=("row",) * ref.dim(), **_STATE_TOL)
@@ -47,7 +47,7 @@ def _state_mismatch(part, case_name, got_pair, ref_pair, cause_of):
             cause, hint = cause if isinstance(cause, tuple) else (cause, None)
             raise Stop(fail("online_softmax", part, "does not match the float64 reference",
                             where=_where_row(case_name, problem.index, label, problem.got, problem.expected),
-                            cause=cause, hint=hint))
+                            cause=cause, hint=hint, compare=compare))
 
 
 def _pair(result, name, part):
@@ -104,7 +104,9 @@ def check_block_state():
             if shape:
                 raise Stop(fail("online_softmax", 1, shape, where=f"case \"{name}\"",
                                 hint="reduce over the last dimension only (dim=-1)"))
-        _state_mismatch(1, name, (m, l), (m_ref, l_ref), _block_state_cause(x, m_ref, l_ref))
+        _state_mismatch(1, name, (m, l), (m_ref, l_ref), _block_state_cause(x, m_ref, l_ref),
+                        compare="for the row named under where, its maximum and the sum of exp(x - m) over the "
+                                "last dimension, by hand, with your m and l")
     return Verdict(True, what("online_softmax", 1),
                    "(m, l) match the float64 reference, huge and fully masked rows included")
 
@@ -138,6 +140,10 @@ def _merge64(m_a, l_a, m_b, l_b, how="right"):
         return m, l_a * torch.exp(m0 - m_a) + l_b * torch.exp(m0 - m_b)
     if how == "nan_empty":
         return m, l_a * torch.exp(m_a - m) + l_b * torch.exp(m_b - m)
+    if how == "only_a":
+        return m, l_a * torch.exp(m_a - m0) + l_b
+    if how == "only_b":
+        return m, l_a + l_b * torch.exp(m_b - m0)
     return m, l_a * torch.exp(m_a - m0) + l_b * torch.exp(m_b - m0)
 
 
@@ -149,7 +155,14 @@ _MERGE_MISTAKES = [
                   "exp(m_a - m) (<= 1) shrinks l_a to the new maximum")),
     ("nan_empty", ("two empty parts (m = -inf on both sides) give NaN: exp(-inf - (-inf)) is NaN",
                    "subtract 0 where the new maximum is -inf")),
+    ("only_a", ("only l_a is rescaled: l_b is added as it is, but it was taken against m_b, not against the "
+                "common max m", "bring both sums to m before adding: l_b times exp(m_b - m) too")),
+    ("only_b", ("only l_b is rescaled: l_a is added as it is, but it was taken against m_a, not against the "
+                "common max m", "bring both sums to m before adding: l_a times exp(m_a - m) too")),
 ]
+_MERGE_COMPARE = ("for the row named under where, each sum brought to the common max by hand (l_a times "
+                  "exp(m_a - m), l_b times exp(m_b - m)) with what your code adds; then an empty side (m = -inf, "
+                  "l = 0), which must add nothing")
 
 
 @prints_verdict
@@ -166,7 +179,7 @@ def check_merge_states():
             return first_cause(got, [(text, _merge64(*state, how)[1]) for how, text in _MERGE_MISTAKES],
                                **_STATE_TOL)
 
-        _state_mismatch(2, name, (m, l), _merge64(*state), cause)
+        _state_mismatch(2, name, (m, l), _merge64(*state), cause, compare=_MERGE_COMPARE)
     return Verdict(True, what("online_softmax", 2), "merged states match the float64 reference, empty parts included")
 
 
@@ -195,6 +208,19 @@ def _softmax_reading(x64, read):
     return torch.exp(x64 - m[..., None]) / l[..., None]
 
 
+def _blockwise(x64, block):
+    """(the max of the last block, the sum of every block's l each taken against its own block's max) of each
+    row: what a first pass leaves when it replaces m by each block's, or adds the sums without rescaling."""
+    n = x64.shape[-1]
+    states = [_state64(x64[..., start:start + block]) for start in range(0, n, block)]
+    return states[-1][0], sum(l for _, l in states)
+
+
+def _normalised(x64, m, l):
+    """Pass 2 with the state (m, l) it was given: exp(x - m) / l."""
+    return torch.exp(x64 - m[..., None]) / l[..., None]
+
+
 def _online_cause(out, x, block):
     """(part, cause, hint): Part 1 or 2 failing its own check, else the usual mistakes of the block loop."""
     for part, check in ((1, check_block_state), (2, check_merge_states)):
@@ -205,9 +231,25 @@ def _online_cause(out, x, block):
     x64, n = x.to(torch.float64), x.shape[-1]
     cols = torch.arange(n)
     tail = (n // block) * block if n % block else n - block
+    m_row, l_row = _state64(x64)
+    m_last, l_unscaled = _blockwise(x64, block)
     variants = [(("only the last block's state is used: the running (m, l) is replaced by each block's, "
                   "not merged with it", "merge every block's state into the running (m, l) with merge_states"),
-                 lambda: _softmax_reading(x64, cols >= tail))]
+                 lambda: _softmax_reading(x64, cols >= tail)),
+                (("the blocks' states are merged without the rescale: l ends as the sum of every block's l, each "
+                  "taken against its own block's max, not against the row's max",
+                  "fold each block in with merge_states (Part 2), which brings both sums to the common max "
+                  "before adding them"),
+                 lambda: _normalised(x64, m_row, l_unscaled)),
+                (("the blocks' sums are added without the rescale, and m is the last block's max: the running "
+                  "(m, l) is not merged, only its sums are added",
+                  "fold each block in with merge_states (Part 2): it keeps the larger max and rescales both sums"),
+                 lambda: _normalised(x64, m_last, l_unscaled)),
+                (("pass 2 normalises with the last block's max, not the row's: l was summed against the row's "
+                  "max m, and exp(x - m) must use that same m",
+                  "in pass 2 use the running m that pass 1 ends with, the max of the whole row, not a variable "
+                  "left over from the loop"),
+                 lambda: _normalised(x64, m_last, l_row))]
     if tail > 0 and n % block:
         variants.append((("the last, shorter block is skipped: its columns are never read",
                           "loop with range(0, n, block_size): the last block may be shorter"),
@@ -225,6 +267,11 @@ def _online_cause(out, x, block):
                          lambda: _softmax_reading(x64, (cols % block != block - 1) | (cols >= n // block * block))))
     found = first_cause(out, variants, **tol(x.dtype))
     return (3, *found) if found else (3, None, None)
+
+
+_ONLINE_COMPARE = ("for the row named under where, the (m, l) your first pass ends with (print them) with "
+                   "block_state of the whole row at once: if they agree, the second pass is wrong; if not, print "
+                   "(m, l) after each block and find the first block where they go wrong")
 
 
 @prints_verdict
@@ -247,6 +294,6 @@ def check_online_softmax():
         raise Stop(fail("online_softmax", part, "does not match the float64 reference",
                         where=f"case \"{name}\": row {problem.index[0]}, column {problem.index[1]}: "
                               f"got {fmt(problem.got)}, expected {fmt(problem.expected)}",
-                        cause=cause, hint=hint))
+                        cause=cause, hint=hint, compare=_ONLINE_COMPARE))
     return Verdict(True, what("online_softmax", 3),
                    "matches the float64 softmax for every block size, masked blocks and fp16 included")

@@ -9,11 +9,15 @@ tiles past the diagonal, which :class:`gqa_flash.testing.ScoreProducts` checks
 by counting the scores computed (as the graded test does).
 """
 
+import re
+
 import torch
 
 from gqa_flash import api, testing
 from gqa_flash.lab.checks import replays
-from gqa_flash.lab.checks.cases import Case, attention64, run_torch, where_attention
+from gqa_flash.lab.checks.cases import (
+    Case, attention64, gqa_cause, head_mapping, run_torch, student_frame, where_attention,
+)
 from gqa_flash.lab.checks.verdict import (
     Stop, Verdict, fail, first_cause, fmt, load, prints_verdict, run_student, shape_problem, tol, what,
 )
@@ -37,8 +41,8 @@ _WORK_CASE = Case("causal, length 50, head_dim 24", 2, n_q_heads=2, n_kv_heads=1
 # (part, the mistake's name in replays.pt (tools/make_check_replays.py), what to tell the student).
 # Each says what is wrong, in words: the fix is yours to write.
 _TILED_MISTAKES = [
-    (1, "kv_mod", "query heads are dealt to the KV heads in turn (a remainder); a group of consecutive "
-                  "query heads must share one KV head"),
+    (1, "kv_mod", "query heads are dealt to the KV heads in turn; a group of consecutive query heads must "
+                  "share one KV head"),
     (2, "skip_diagonal", "the causal key loop stops before the diagonal: a query tile must also visit the key "
                          "tile(s) holding its own rows' keys"),
     (2, "causal_end_always", "the key loop stops at the diagonal even without the causal mask: then every "
@@ -65,6 +69,66 @@ _TILED_LSE_MISTAKES = [
     (5, "lse_log2", "the LSE is in base 2; the course's LSE is the natural log"),
     (5, "lse_log2_l", "the log of the running sum is in base 2; it must be the natural log"),
 ]
+
+# What to compare next when no usual mistake explains a wrong O, by the part the case isolates.
+_COMPARE = {
+    (4, 5): "your running state after each key tile (m, l and acc, printed for one row) with notebook 02's online "
+            "softmax done by hand on the same row of scores; then O = acc / l and the LSE = m + log(l) at the end",
+    (2, 3): "the key tiles each query tile visits (print their ranges) and, on a tile that crosses the diagonal, the "
+            "scores after the mask: only the keys after their query hidden",
+    1: "the KV head each query head reads (print it) with the mapping the banner of Part 1 gives",
+    2: "the query and key tiles your walk cuts (print their ranges): every row in exactly one query tile, every "
+       "key in exactly one key tile, the last tile of each cut at the sequence's end",
+    None: "the tiles and the dtype: this case is MQA in fp16 with block_m smaller than block_n; print the tile "
+          "ranges, and where the inputs become float32 and O goes back to the input's dtype",
+}
+_COMPARE_LSE = ("your LSE for the row named under where with m + log(l) from your final state (print both): the "
+                "natural log of the sum of e^score over the row's visible keys, its max included")
+
+# The shapes of the tile the broadcast probe hands Parts 4 and 5: all different, so that a vector of one number
+# per row ([B, Hq, rows]) that meets a [B, Hq, rows, D] tensor without a last dimension of its own raises.
+_PROBE = dict(batch=1, heads=2, rows=3, keys=5, head_dim=4)
+
+
+def _broadcast_cause(case: Case):
+    """(part, cause, hint) when Part 4's step or Part 5's epilogue multiplies (or divides) a [rows, D] tensor by a
+    per-row vector that has no last dimension of its own, found by running them on a tile whose sizes all differ
+    (in the case that failed, rows and head_dim may be equal, so it ran and gave wrong numbers); else None."""
+    mod = load("tiled")
+    b, h, rows, keys, d = _PROBE.values()
+    g = torch.Generator().manual_seed(31)
+    m, l = torch.randn(b, h, rows, generator=g), 1 + torch.rand(b, h, rows, generator=g)
+    acc, s = torch.randn(b, h, rows, d, generator=g), torch.randn(b, h, rows, keys, generator=g)
+    v = torch.randn(b, h, keys, d, generator=g)
+    for part, name, args in ((4, "_online_softmax_step", (m, l, acc, s, v)), (5, "_epilogue", (m, l, acc))):
+        fn = getattr(mod, name, None)
+        if fn is None:
+            continue
+        try:
+            run_student("tiled", fn, *args, part=part)
+            continue
+        except Stop as stop:
+            exc = stop.__context__
+        if exc is None or "must match the size of tensor" not in str(exc) or f"({rows})" not in str(exc) \
+                or f"({d})" not in str(exc):
+            continue
+        local, line = student_frame(exc, "tiled")
+        names = re.findall(r"[A-Za-z_]\w*", line)
+        shaped = lambda shape: next((n for n in names if isinstance((local or {}).get(n), torch.Tensor)  # noqa: E731
+                                     and tuple(local[n].shape) == shape), None)
+        vec = shaped((b, h, rows)) or "a per-row vector"
+        mat = shaped((b, h, rows, d)) or "a [B, Hq, rows, D] tensor"
+        tile = f"{case.block_m} rows" if case.block_m == case.head_dim else "its rows"
+        return (part,
+                f"{vec} (one number per row, [B, Hq, rows]) meets {mat} ([B, Hq, rows, D]) without a last dimension "
+                f"of its own: broadcasting lines its rows up with the last dimension, head_dim, so each column is "
+                f"scaled by another row's factor. In the case named under where a query tile has {tile} and "
+                f"head_dim is {case.head_dim}, so it ran and gave wrong numbers; on a tile of {rows} rows with "
+                f"head_dim {d} it raises",
+                "a per-row vector needs a trailing dimension of 1 to scale whole rows of a [B, Hq, rows, D] tensor "
+                "(the banners' shapes: m_i and l_i are [B, Hq, rows], acc is [B, Hq, rows, D])")
+    return None
+
 
 def _computed_causes(q, k, v, case: Case):
     """The mistakes that no stored answer replays, computed in float64: ((part, cause, hint), answer) pairs."""
@@ -152,11 +216,15 @@ def _check_answers(case: Case):
         raise Stop(fail("tiled", 5, shape, where=f"case \"{case.name}\""))
     problem = testing.mismatch("O", out, ref, **tol(case.dtype))
     if problem is not None:
-        found = first_cause(out, [((p, t, None), answers[b]) for p, b, t in _TILED_MISTAKES if b in answers]
-                            + _computed_causes(q, k, v, case), **tol(case.dtype))
+        heads = gqa_cause("tiled", 1, head_mapping(out, q, k, v, case.causal, case.scale, **tol(case.dtype)),
+                          case.n_q_heads, case.n_kv_heads)
+        found = ((1, *heads) if heads else None) or first_cause(
+            out, [((p, t, None), answers[b]) for p, b, t in _TILED_MISTAKES if b in answers]
+            + _computed_causes(q, k, v, case), **tol(case.dtype)) or _broadcast_cause(case)
         part, cause, hint = found if found else (case.part, None, None)
         raise Stop(fail("tiled", part, "O does not match the float64 reference",
-                        where=where_attention(problem, case, with_tile=True), cause=cause, hint=hint))
+                        where=where_attention(problem, case, with_tile=True), cause=cause, hint=hint,
+                        compare=None if found else _COMPARE.get(case.part, _COMPARE[None])))
     problem = testing.mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
     if problem is not None:
         found = first_cause(lse, [((p, t), answers[b]) for p, b, t in _TILED_LSE_MISTAKES if b in answers],
@@ -166,7 +234,7 @@ def _check_answers(case: Case):
         raise Stop(fail("tiled", part, "the LSE does not match the float64 reference",
                         where=f"case \"{case.name}\": batch {b}, query head {h}, row {i}: "
                               f"got {fmt(problem.got)}, expected {fmt(problem.expected)}",
-                        cause=cause))
+                        cause=cause, compare=None if found else _COMPARE_LSE))
     if lse.dtype != torch.float32:
         raise Stop(fail("tiled", 5, f"the LSE is {lse.dtype}; it must be float32"))
 

@@ -21,7 +21,9 @@ mistakes and says which one your output matches.
 """
 
 import contextlib
+import io
 import re
+import tokenize
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -315,6 +317,23 @@ def _part_regions(path: Path) -> list[tuple[int, int, int]]:
             regions.append((start, lineno, part))
             start = None
     return regions
+
+
+def part_code(module: str, part: int) -> str:
+    """The code of ``part`` in the file the checks run, comments left out: what a diagnosis may look for
+    before it names an operator (never blame a ``%`` the part does not hold)."""
+    path = _file_of(module)
+    try:
+        text = path.read_text()
+        comments = [tok.start for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+                    if tok.type == tokenize.COMMENT]
+    except (OSError, tokenize.TokenError, SyntaxError):
+        return ""
+    lines = text.splitlines()
+    for row, col in comments:
+        lines[row - 1] = lines[row - 1][:col]
+    return "\n".join(line.rstrip() for first, last, p in _part_regions(path) if p == part
+                     for line in lines[first - 1:last] if line.strip())
 
 
 def _part_from_traceback(module: str, exc: BaseException):
