@@ -41,10 +41,12 @@ One module per lesson:
     traffic.py        notebook 05 (practice, not graded): traffic.py, launch order and an L2 model
     ring.py           notebook 08 (bonus): ring.py's three parts, and the ring on gloo processes
 
-``python -m gqa_flash.lab.checks`` prints :func:`progress`.
+``python -m gqa_flash.lab.checks`` prints :func:`progress`: one line per check, or one per graded file
+not started yet (still its stub, as the grader judges it), the bonus files (notebooks 06, 07 and 08) last.
 """
 
-from gqa_flash.lab.checks import backward, decode, decode_parts, kernel, kernel_parts
+from gqa_flash import impl
+from gqa_flash.lab.checks import backward, decode, decode_parts, kernel, kernel_parts, ring
 from gqa_flash.lab.checks.backward import check_backward, check_delta, check_dkdv, check_dq, check_gqa_sum
 from gqa_flash.lab.checks.decode import check_decode
 from gqa_flash.lab.checks.decode_parts import (
@@ -64,32 +66,68 @@ from gqa_flash.lab.checks.softmax import check_block_state, check_merge_states, 
 from gqa_flash.lab.checks.tiled import check_tiled
 from gqa_flash.lab.checks.ring import check_block_pairs, check_merge_blocks, check_ring_attention, check_ring_source
 from gqa_flash.lab.checks.traffic import check_launch_order, check_traffic_model
-from gqa_flash.lab.checks.verdict import Verdict, explain
+from gqa_flash.lab.checks.verdict import PARTS, Verdict, explain, rel, what
 
-_REQUIRED = (check_naive, check_block_state, check_merge_states, check_online_softmax, check_tiled)
+# Every checked graded file, in course order: (module, its checks, the whole-file check that reuses their
+# verdicts, or None).
+_FILES = (
+    ("naive", (check_naive,), None),
+    ("online_softmax", (check_block_state, check_merge_states, check_online_softmax), None),
+    ("tiled", (check_tiled,), None),
+    ("forward", kernel_parts.PART_CHECKS, kernel.check_forward),
+    ("backward", backward.PART_CHECKS, backward.check_backward),
+    ("decode", decode_parts.PART_CHECKS, decode.check_decode),
+    ("ring", ring.PART_CHECKS, ring.check_ring_attention),
+)
+NOT_STARTED = "not started (still the stub you were given)"  # the grader's words for such a file, too
+BONUS_HEADING = "bonus, notebooks 06, 07 and 08 (beyond the 100 points):"
+
+
+def not_started() -> set[str]:
+    """The graded files the checks run that are still, comments aside, the stub the course hands out (none
+    where the stubs are unknown: a file is taken as started unless it surely is not)."""
+    try:
+        from gqa_flash.grader import started  # the grader's judgement, so that both say the same
+
+        prints = started.stub_fingerprints()
+    except Exception:  # a course without the grader's stub prints: every file counts as started
+        return set()
+    fresh = set()
+    for module, _, _ in _FILES:
+        try:
+            text = impl.path_of(module).read_text()
+        except (OSError, ValueError):
+            continue
+        if started.not_started(f"{module}.py", text, prints):
+            fresh.add(module)
+    return fresh
 
 
 def verdicts() -> list[Verdict]:
     """Every check's verdict, in course order: the required ones, then the bonus (``verdict.bonus``).
 
-    Each whole-file check (forward.py, backward.py) comes after its parts and
-    reuses their verdicts rather than running them twice.
+    Each whole-file check (forward.py, backward.py, decode.py, ring.py) comes after its parts and reuses their
+    verdicts rather than running them twice. A file not started yet (still its stub) is one verdict, worded
+    the same for every file, and its checks are not run.
     """
-    out = [check.verdict() for check in _REQUIRED]
-    for whole, parts in ((kernel.check_forward, kernel_parts.PART_CHECKS),
-                         (backward.check_backward, backward.PART_CHECKS),
-                         (decode.check_decode, decode_parts.PART_CHECKS)):
+    fresh, out = not_started(), []
+    for module, parts, whole in _FILES:
+        if module in fresh:
+            out.append(Verdict(False, what(module, (1, len(PARTS[module]))), NOT_STARTED,
+                               hint=f"open {rel(module)} and start with Part 1"))
+            continue
         part_verdicts = [check.verdict() for check in parts]
-        out += part_verdicts + [whole.verdict(part_verdicts)]
+        out += part_verdicts + ([whole.verdict(part_verdicts)] if whole else [])
     return out
 
 
 def progress() -> None:
-    """One line per check, in course order: where you stand. The bonus comes last, under its own heading."""
+    """One line per check (one per file not started yet), in course order: where you stand. The bonus comes
+    last, under its own heading."""
     heading = False
     for verdict in verdicts():
         if verdict.bonus and not heading:
-            print("bonus, notebooks 06 and 07 (beyond the 100 points):")
+            print(BONUS_HEADING)
             heading = True
         print(verdict.headline())
 
@@ -141,4 +179,5 @@ __all__ = [
     "kernel_config",
     "progress",
     "verdicts",
+    "not_started",
 ]
