@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 from gqa_flash import layout
-from gqa_flash.grader import submission
+from gqa_flash.grader import downloads, submission
 
 NAIVE = b"def naive_attention(q, k, v, causal=True, sm_scale=None):\n    return q\n"
 TILED = b"def tiled_attention(q, k, v, causal=True, sm_scale=None):\n    return q\n"
@@ -266,3 +266,73 @@ def test_crlf_and_a_byte_order_mark_are_read_as_they_are(tmp_path):
     crlf = b"\xef\xbb\xbf" + NAIVE.replace(b"\n", b"\r\n")
     sub = submission.read(make_zip(tmp_path / "win.zip", {"HW\\naive.py": crlf}), expected=("naive.py",))
     assert sub.files == {"naive.py": crlf} and sub.notes == [], sub.notes
+
+
+# --- who handed it in: the student a platform's names give ---------------------------------------
+
+
+def test_a_platforms_names_say_the_student_their_id_and_whether_it_was_late(tmp_path):
+    Student = submission.Student
+    canvas = submission.read(make_zip(tmp_path / "hw.zip", {"garciajose_LATE_12345_678901_naive.py": NAIVE,
+                                                            "garciajose_LATE_12345_678902_tiled.py": TILED}))
+    assert canvas.student == Student("garciajose", "12345", True, "Canvas")
+    on_time = submission.read(make_zip(tmp_path / "on_time.zip", {"leekim_34567_890123_naive.py": NAIVE}))
+    assert on_time.student == Student("leekim", "34567", False, "Canvas")
+    # A Moodle folder handed to the grader as it is, or zipped with the student's files in it.
+    moodle = make_folder(tmp_path / "José García_12345_assignsubmission_file_", {"naive.py": NAIVE})
+    assert submission.read(moodle).student == Student("José García", "12345", None, "Moodle")
+    zipped = make_zip(tmp_path / "z.zip", {"Zoë Müller_23456_assignsubmission_file_/naive.py": NAIVE})
+    assert submission.read(zipped).student == Student("Zoë Müller", "23456", None, "Moodle")
+    blackboard = make_folder(tmp_path / "bb", {"Assignment 1_jgarcia_attempt_2026-12-01-10-00-00_naive.py": NAIVE})
+    assert submission.read(blackboard).student == Student("jgarcia", "jgarcia", None, "Blackboard")
+    # No platform's name, or two students: no one in particular.
+    assert submission.read(make_folder(tmp_path / "alice", {"naive.py": NAIVE})).student is None
+    two = submission.read(make_folder(tmp_path / "two", {"smithjohn_12345_678901_naive.py": NAIVE,
+                                                         "smithjohn_23456_789012_tiled.py": TILED}))
+    assert two.student is None
+    assert ("these files are 2 students' (smithjohn (12345), smithjohn (23456)): grade each student's files as a "
+            "submission of its own") in notes_of(two)
+
+
+def test_a_download_is_split_by_student_their_id_and_lateness_kept(tmp_path):
+    canvas = make_zip(tmp_path / "canvas.zip", {
+        "garciajose_12345_678901_naive.py": NAIVE,
+        "smithjohn_LATE_23456_789012_naive.py": NAIVE, "smithjohn_LATE_23456_789013_tiled.py": TILED,
+        "smithjohn_34567_890123_naive.py": NAIVE,  # another John Smith: his own submission
+    })
+    pieces, line = downloads.split(canvas, tmp_path / "split")
+    assert [(p.who, p.name, p.student.user_id, p.student.late) for p in pieces] == [
+        ("garciajose", "canvas.zip#garciajose", "12345", False),
+        ("smithjohn_23456", "canvas.zip#smithjohn_23456", "23456", True),
+        ("smithjohn_34567", "canvas.zip#smithjohn_34567", "34567", False)]
+    assert line == (f"{canvas}: a Canvas download: 3 students (garciajose, smithjohn_23456, smithjohn_34567), "
+                    "each graded as a submission of its own")
+    assert sorted(p.name for p in pieces[1].folder.iterdir()) == ["smithjohn_LATE_23456_789012_naive.py",
+                                                                  "smithjohn_LATE_23456_789013_tiled.py"]
+
+
+# --- the routine notes ------------------------------------------------------------------------------
+
+
+def test_a_bonus_not_handed_in_is_a_note_of_its_own(tmp_path):
+    required = {"naive.py": NAIVE, "online_softmax.py": b"x = 1\n", "tiled.py": TILED, "forward.py": FORWARD}
+    sub = submission.read(make_folder(tmp_path / "all", required))
+    assert sub.notes == ["bonus not handed in: backward.py, decode.py, ring.py (graded as the stubs: no bonus "
+                         "points)"], sub.notes
+    sub = submission.read(make_folder(tmp_path / "some", {"naive.py": NAIVE, "decode.py": b"x = 1\n"}))
+    assert sub.notes == ["missing online_softmax.py, tiled.py, forward.py: graded as the unmodified stub",
+                         "bonus not handed in: backward.py, ring.py (graded as the stubs: no bonus points)"]
+    sub = submission.read(make_folder(tmp_path / "one", {"naive.py": NAIVE}), expected=("naive.py",))
+    assert sub.notes == []
+
+
+def test_a_whole_course_folders_stubs_are_not_called_graded(tmp_path):
+    members = course_folder_members("gqa-flash-main")
+    for name in ("tiled.py", *(f"{m}.py" for m in layout.BONUS_MODULES)):  # as the course handed them out
+        members[f"gqa-flash-main/gqa_flash/{name}"] = (layout.PACKAGE_DIR / name).read_bytes()
+    sub = submission.read(make_zip(tmp_path / "everything.zip", members))
+    ignored = len(members) - len(layout.GRADED_FILES)
+    assert sub.notes == [f"a whole course folder: graded naive.py, online_softmax.py, forward.py from its package "
+                         f"gqa-flash-main/gqa_flash/, ignored its other {ignored} files; tiled.py is still the stub "
+                         "handed out: not started; not graded: backward.py, decode.py, ring.py, still the stubs "
+                         "handed out (bonus not started)"], sub.notes

@@ -13,8 +13,13 @@ file named after its student::
 each is a submission already; a zip of those folders is split the same way.)
 
 Given such a download, the grader grades each student's files as a submission of
-its own (a :class:`Piece`), named ``DOWNLOAD#STUDENT`` in the CSV
-(``submissions/canvas.zip#garciajose``) and ``STUDENT.json`` in the results.
+its own (a :class:`Piece`), named ``DOWNLOAD#STUDENT`` in the CSV's submission
+column (``canvas.zip#garciajose``; its path column keeps the path given,
+``submissions/canvas.zip#garciajose``), with the student's name, the platform's
+id for them and whether Canvas marked it late in columns of their own
+(:mod:`gqa_flash.grader.platforms`), and ``STUDENT.json`` in the results. Two
+students of one name (two John Smiths: ``smithjohn``) are told apart by their
+ids: ``smithjohn_12345``.
 A download is split only when every graded file in it carries a platform's name
 and they are two students' or more: one student's platform-named files stay one
 submission. Nothing is run here; each student's files are copied, as they are
@@ -24,7 +29,6 @@ reads like any other submission, with its notes.
 
 from __future__ import annotations
 
-import re
 import shutil
 import unicodedata
 import zipfile
@@ -33,10 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from gqa_flash.grader import submission
-from gqa_flash.grader.submission import MAX_INNER_ZIP_BYTES, MOODLE_FOLDER, PLATFORM_NAMES, graded_name
+from gqa_flash.grader.platforms import RECEIPT, Student, one_student, student_of
+from gqa_flash.grader.submission import MAX_INNER_ZIP_BYTES, graded_name
 
-# Blackboard's receipt of an attempt (the student's comments, the file list): the platform's, never graded.
-RECEIPT = re.compile(r"^.+_(?P<who>[^_]+)_attempt_\d{4}(?:-\d\d){5}\.txt$")
 SHOWN = 6  # students named in the line that announces a download; the rest are counted
 
 
@@ -45,29 +48,32 @@ class Piece:
     """One student's files of a bulk download: a submission of its own."""
 
     download: Path  # the folder or zip, as given to the grader
-    who: str  # the student, as the platform names them: garciajose
-    platform: str  # Canvas, Blackboard or Moodle
+    student: Student  # as the platform names them: garciajose, Canvas's user id 12345
     folder: Path  # their files, copied out of the download (removed when the grading ends)
+    # How the batch names them: the platform's name for them, with their id if another student of the download
+    # has the same name (two John Smiths of Canvas: smithjohn_12345, smithjohn_23456).
+    who: str = ""
 
-    def __str__(self) -> str:  # the CSV's submission column, and a name for --regrade
+    def __post_init__(self):
+        if not self.who:
+            object.__setattr__(self, "who", self.student.name)
+
+    @property
+    def platform(self) -> str:
+        return self.student.platform
+
+    @property
+    def name(self) -> str:
+        """The CSV's submission column: the download's own name and the student, canvas.zip#garciajose."""
+        return f"{self.download.name}#{self.who}"
+
+    def __str__(self) -> str:  # the CSV's path column (where the batch finds it again), and a name for --regrade
         return f"{self.download}#{self.who}"
 
     def names(self) -> set[str]:
         """What --regrade accepts for it: the CSV's name, the download's file name or stem with #student, or
         the student alone."""
-        return {str(self), f"{self.download.name}#{self.who}", f"{self.download.stem}#{self.who}", self.who}
-
-
-def owner(top: str, folder: bool = False) -> tuple[str, str] | None:
-    """(student, platform) of a download's top-level file or folder, from its name; None if it names no student."""
-    if folder and (m := MOODLE_FOLDER.match(top)):
-        return _nfc(m["who"]), "Moodle"
-    if m := RECEIPT.match(top):
-        return _nfc(m["who"]), "Blackboard"
-    for platform, pattern in PLATFORM_NAMES:
-        if m := pattern.match(top):
-            return _nfc(m["who"]), platform
-    return None
+        return {str(self), self.name, f"{self.download.stem}#{self.who}", self.who}
 
 
 def split(source: Path, scratch: Path) -> tuple[list[Piece], str] | None:
@@ -78,21 +84,26 @@ def split(source: Path, scratch: Path) -> tuple[list[Piece], str] | None:
         return None
     quiet = submission.Submission(str(source))  # its notes come again when each student's files are read
     candidates = submission._folder(source, quiet) if source.is_dir() else submission._zip(source, quiet) or []
-    owners = {top: owner(top, folder) for top, folder in _entries(source).items()}
+    owners = {top: student_of(top, folder) for top, folder in _entries(source).items()}  # None: no one's
     graded = [rel for rel, _, _ in candidates if graded_name(rel.name).graded]
     if not graded or any(owners.get(rel.parts[0]) is None for rel in graded) \
-            or len({owners[rel.parts[0]][0] for rel in graded}) < 2:
+            or len({owners[rel.parts[0]].key for rel in graded}) < 2:
         return None
-    tops: dict[tuple[str, str], set[str]] = {}  # (student, platform) -> their top-level entries (a corrupt zip too)
+    tops: dict[tuple, set[str]] = {}  # a student (Student.key) -> their top-level entries (a corrupt zip too)
+    students: dict[tuple, Student] = {}
     for top, found in owners.items():
         if found is not None:
-            tops.setdefault(found, set()).add(top)
+            tops.setdefault(found.key, set()).add(top)
+            students[found.key] = one_student(s for s in (students.get(found.key), found) if s)  # late if one is
+    names = Counter(key[1] for key in tops)
     pieces, skipped = [], []
-    for n, ((who, platform), entries) in enumerate(sorted(tops.items(), key=lambda kv: kv[0][0].casefold())):
+    for n, (key, entries) in enumerate(sorted(tops.items(), key=lambda kv: (kv[0][1].casefold(), kv[0][2]))):
+        student = students[key]
+        who = student.name if names[student.name] == 1 else f"{student.name}_{student.user_id}"
         folder = scratch / str(n) / _folder_name(who)
         folder.mkdir(parents=True)
         skipped += _copy(source, {e for e in entries if not RECEIPT.match(e)}, folder)
-        pieces.append(Piece(source, who, platform, folder))
+        pieces.append(Piece(source, student, folder, who))
     return pieces, _line(source, pieces, [top for top, found in owners.items() if found is None], skipped)
 
 

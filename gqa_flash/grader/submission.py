@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import io
 import os
 import re
@@ -54,6 +55,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from gqa_flash import layout
+from gqa_flash.grader import started
+from gqa_flash.grader.platforms import (CANVAS_AGAIN, MOODLE_FOLDER, PLATFORM_NAMES, Student, one_student,
+                                        student_of)
 from gqa_flash.layout import GRADED_FILES, GRADED_MODULES
 
 MAX_FILE_BYTES = 1 << 20  # a graded module is a few kilobytes of code
@@ -77,15 +81,6 @@ ANSWER_NAMES = {"fast", "fast_attention_forward", "fast_attention_backward", "re
                 "scaled_dot_product_attention", "flex_attention", "DisableTorchFunction",
                 "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "_disable_current_modes"}
 
-# How learning platforms name the files of a bulk download; ``orig`` is the name the student gave the file.
-# Most specific first: Canvas's pattern would take the others' names too.
-PLATFORM_NAMES = (
-    ("Moodle", re.compile(r"^(?P<who>.+?)_\d+_assignsubmission_[a-z]+_(?P<orig>.+)$")),
-    ("Blackboard", re.compile(r"^.+_(?P<who>[^_]+)_attempt_\d{4}(?:-\d\d){5}_(?P<orig>.+)$")),
-    ("Canvas", re.compile(r"^(?P<who>[^_]+)(?:_LATE)?_\d+_\d+_(?P<orig>.+)$")),
-)
-MOODLE_FOLDER = re.compile(r"^(?P<who>.+?)_\d+_assignsubmission_[a-z]+_?$")  # Moodle's "download in folders"
-CANVAS_AGAIN = re.compile(r"-(?P<n>\d+)(?=\.py$)")  # naive-1.py: Canvas's name for a re-submitted naive.py
 # A graded name at the end of a longer one, after a separator: l_single_naive.py, fast_forward.py.
 ENDS_WITH_GRADED = re.compile(rf"^(?P<before>.+)[_\- ](?P<module>{'|'.join(GRADED_MODULES)})\.py$")
 # The course's notebooks whose names do not say their graded file.
@@ -93,17 +88,23 @@ NOTEBOOK_FILES = {"triton_kernel": "forward.py", "decoding": "decode.py"}
 # The course's own files beside the graded ones in its package: with a graded file, they mark a copy of it.
 COURSE_FILES = frozenset(p.name for p in layout.PACKAGE_DIR.iterdir() if p.is_file()) - set(GRADED_FILES)
 MAX_NAMED = 12  # files named in one "ignored" line; the rest are counted
+BONUS_FILES = frozenset(f"{m}.py" for m in layout.BONUS_MODULES)
+# The routine note of a submission without (some of) the bonus files: the batch's summary counts it.
+BONUS_NOT_HANDED_IN = "bonus not handed in: "
 
 
 @dataclass
 class Submission:
-    name: str  # as it appears in tables and CSV rows
+    name: str  # the path it was read from
     files: dict[str, bytes] = field(default_factory=dict)  # graded file name -> content
     notes: list[str] = field(default_factory=list)  # for the student and the instructor
     flags: list[str] = field(default_factory=list)  # integrity: names that reach the course's answers
     # Nothing to grade (an empty zip, a notebook only, no graded file): one line saying so and what to hand
     # in, also the last of the notes. The grader then runs no test. None when there is something to grade.
     stop: str | None = None
+    # The student, when a platform's names say who (the submission's own name, else its graded files' names,
+    # if they name one student); None otherwise.
+    student: Student | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class Name:
     orig: str = ""  # the name the student gave the file, without a platform's additions
     who: str | None = None  # the student, from a platform's name
     again: int = 0  # Canvas's re-submission number: 2 for naive-2.py
+    student: Student | None = None  # who, with the platform's id and lateness
 
 
 def graded_name(name: str) -> Name:
@@ -128,18 +130,19 @@ def graded_name(name: str) -> Name:
         if m := pattern.match(name):
             platform, who, orig = label, unicodedata.normalize("NFC", m["who"]), m["orig"]
             break
+    student = student_of(name) if platform else None
     why = f"a {platform} download name" if platform else ""
     if platform == "Canvas" and (m := CANVAS_AGAIN.search(orig)):
         again, orig = int(m["n"]), orig[:m.start()] + orig[m.end():]
         why += f", -{again} marking a re-submission"
     if platform and orig in GRADED_FILES:
-        return Name(orig, 1, why, orig, who, again)
+        return Name(orig, 1, why, orig, who, again, student)
     m = ENDS_WITH_GRADED.match(orig)
     if m and not orig.startswith("test_"):  # test_naive.py is a test, never the graded file
         graded = f"{m['module']}.py"
         why = f"{why}, ending with {graded}" if why else f"its name ends with {graded}"
-        return Name(graded, 2, why, orig, who, again)
-    return Name(None, 0, why, orig, who, again)
+        return Name(graded, 2, why, orig, who, again, student)
+    return Name(None, 0, why, orig, who, again, student)
 
 
 def nearest(name: str) -> str | None:
@@ -186,6 +189,8 @@ def read(source: Path | None, expected=GRADED_FILES) -> Submission:
             sub.notes.append(f"{source} does not exist")
             candidates, readable = [], False
     ignored = _choose(candidates, sub)
+    own = student_of(source.name or source.resolve().name, folder=source.is_dir()) if source is not None else None
+    sub.student = own or sub.student  # a Moodle folder, a Canvas file handed in alone: the name says who
     for name, content in sub.files.items():
         sub.notes.extend(_check_code(name, content))
         sub.flags.extend(_answer_names(name, content))
@@ -197,8 +202,14 @@ def read(source: Path | None, expected=GRADED_FILES) -> Submission:
         sub.notes.append(sub.stop)
     elif not sub.files:
         sub.notes.append(f"no graded file found (expected {', '.join(expected)}): every part is graded as its stub")
-    elif missing:
-        sub.notes.append(f"missing {', '.join(missing)}: graded as the unmodified stub")
+    else:
+        required = [n for n in missing if n not in BONUS_FILES]
+        bonus = [n for n in missing if n in BONUS_FILES]
+        if required:
+            sub.notes.append(f"missing {', '.join(required)}: graded as the unmodified stub")
+        if bonus:  # routine: a batch counts it once in its summary, not on each submission's line
+            sub.notes.append(f"{BONUS_NOT_HANDED_IN}{', '.join(bonus)} (graded as the stub{'s' * (len(bonus) > 1)}: "
+                             "no bonus points)")
     return sub
 
 
@@ -369,16 +380,46 @@ def _choose(candidates, sub: Submission) -> list[PurePosixPath]:
             continue
         sub.files[graded], taken[graded] = content, rel
     if package is not None and course_files:
-        where = f"its package {package}/" if package.parts else "the package at its top"
-        sub.notes.insert(first_note, f"a whole course folder: graded {', '.join(taken) or 'no file'} from "
-                                     f"{where}, ignored its other {course_files} files")
+        sub.notes.insert(first_note, _course_folder(package, course_files, list(taken), _still_stubs(sub.files)))
     _name_the_ignored(ignored, taken, sub)
-    students = {n.who for _, n in ignored + [cn for claim in claims.values() for cn in claim] if n.who}
-    students |= {_nfc(m["who"]) for c in candidates for p in c[0].parts[:-1] if (m := MOODLE_FOLDER.match(p))}
+    named = [n.student for _, n in ignored + [cn for claim in claims.values() for cn in claim] if n.student]
+    named += [student_of(p, folder=True) for c in candidates for p in c[0].parts[:-1] if MOODLE_FOLDER.match(p)]
+    students = {s.key: s for s in named}
     if len(students) > 1:
-        sub.notes.append(f"these files are {len(students)} students' ({', '.join(sorted(students))}): "
+        names = sorted(s.name if sum(o.name == s.name for o in students.values()) == 1 else f"{s.name} ({s.user_id})"
+                       for s in students.values())
+        sub.notes.append(f"these files are {len(students)} students' ({', '.join(names)}): "
                          "grade each student's files as a submission of its own")
+    sub.student = one_student(named)
     return [c[0] for c, _ in ignored]
+
+
+def _course_folder(package: PurePosixPath, course_files: int, taken: list[str], stubs: list[str]) -> str:
+    """The one line of a whole course folder: what was graded from its package, and which of its graded files
+    are still the stubs the course hands out (a bonus one is then not graded: the student never started it)."""
+    where = f"its package {package}/" if package.parts else "the package at its top"
+    own = [f for f in taken if f not in stubs]
+    note = (f"a whole course folder: graded {', '.join(own) or 'no file'} from {where}, ignored its other "
+            f"{course_files} files")
+    required = [f for f in stubs if f not in BONUS_FILES]
+    bonus = [f for f in stubs if f in BONUS_FILES]
+    if required:
+        are = "is still the stub" if len(required) == 1 else "are still the stubs"
+        note += f"; {', '.join(required)} {are} handed out: not started"
+    if bonus:
+        stubs = "the stubs" if len(bonus) > 1 else "the stub"
+        note += f"; not graded: {', '.join(bonus)}, still {stubs} handed out (bonus not started)"
+    return note
+
+
+@functools.cache
+def _stub_prints() -> dict[str, str]:
+    return started.stub_fingerprints()
+
+
+def _still_stubs(files: dict[str, bytes]) -> list[str]:
+    """The graded files whose code is still the stub the course hands out (comments aside)."""
+    return [name for name, content in files.items() if started.not_started(name, content, _stub_prints())]
 
 
 def _rivals(graded: str, ranked: list[tuple]) -> str:
