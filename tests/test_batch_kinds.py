@@ -3,8 +3,10 @@
 One real batch (``--only naive``, the solutions' naive.py as every student's work): a file under a learning
 platform's name, a zip of a whole course folder, a notebook alone, an empty zip, a unicode name, a zip inside
 a zip, and a Canvas bulk download of two students, split into a submission each. Each submission with
-naive.py scores 20 / 20; the notebook and the empty zip score 0 at once, with no test run. A second test
-regrades one student of a download by name, with the test run faked (only the bookkeeping is checked).
+naive.py scores 20 / 20; the notebook and the empty zip score 0 at once, with no test run; each row names its
+student as a gradebook needs (the platform's name and id, late or not). Two more tests, with the test run faked
+(only the bookkeeping is checked), regrade one student of a download by name and name Moodle's folders after
+their students.
 """
 
 import csv
@@ -65,11 +67,20 @@ def test_a_batch_of_every_kind_is_graded_right_with_one_readable_note_each(tmp_p
     canvas = kinds["canvas"]
     assert (f"{canvas}: a Canvas download: 2 students (garciajose, smithann), each graded as a submission of "
             "its own") in printed.err
-    rows = {r["submission"]: r for r in csv.DictReader(book.open(encoding="utf-8"))}
+    rows = {r["path"]: r for r in csv.DictReader(book.open(encoding="utf-8"))}
     name = {kind: str(path) for kind, path in kinds.items() if kind != "canvas"}
     name |= {"garciajose": f"{canvas}#garciajose", "smithann": f"{canvas}#smithann"}
     assert sorted(rows) == sorted(name.values())
     row = {kind: rows[n] for kind, n in name.items()}
+    # Each row names its submission as it came, not the path typed, and its student for a gradebook: the
+    # platform's name and id, and whether Canvas marked it late.
+    assert {kind: (r["submission"], r["student"], r["user_id"], r["late"]) for kind, r in row.items()} == {
+        "platform": ("leekim_34567_890123_naive.py", "leekim", "34567", "no"),
+        "course folder": ("course.zip", "course", "", ""), "notebook": ("notebook.zip", "notebook", "", ""),
+        "empty": ("empty.zip", "empty", "", ""), "unicode": ("José García.zip", "José García", "", ""),
+        "zip in zip": ("outer.zip", "outer", "", ""),
+        "garciajose": ("canvas.zip#garciajose", "garciajose", "12345", "no"),
+        "smithann": ("canvas.zip#smithann", "smithann", "23456", "yes")}
 
     def note(kind: str) -> str:
         assert " | " not in row[kind]["notes"], row[kind]["notes"]  # one note
@@ -80,10 +91,11 @@ def test_a_batch_of_every_kind_is_graded_right_with_one_readable_note_each(tmp_p
     # A platform's name: graded as naive.py, and worth a look when it is not part of a download.
     assert note("platform") == "graded leekim_34567_890123_naive.py as naive.py (a Canvas download name)"
     assert row["platform"]["review"] == "a file graded under another name"
-    # A whole course folder: one line, not a note per course file.
-    assert note("course folder").startswith("a whole course folder: graded naive.py, online_softmax.py, ")
-    assert note("course folder").endswith(f"from its package gqa-flash-main/gqa_flash/, ignored its other "
-                                          f"{len(COURSE_FILES) + 1} files")  # the course's, and its README
+    # A whole course folder: one line, not a note per course file; its stubs are not started, not graded.
+    assert note("course folder") == (
+        f"a whole course folder: graded naive.py from its package gqa-flash-main/gqa_flash/, ignored its other "
+        f"{len(COURSE_FILES) + 1} files; online_softmax.py, tiled.py, forward.py are still the stubs handed out: "
+        "not started; not graded: backward.py, decode.py, ring.py, still the stubs handed out (bonus not started)")
     # A notebook, an empty zip: 0 at once, with the stop note saying what to hand in; no test ran.
     assert note("notebook") == ("01_naive_attention.ipynb is a notebook: notebooks are not graded; hand in "
                                 "gqa_flash/naive.py (your graded file), e.g. with make submission")
@@ -104,8 +116,11 @@ def test_a_batch_of_every_kind_is_graded_right_with_one_readable_note_each(tmp_p
     for r in rows.values():
         results = json.loads(Path(r["results"]).read_text(encoding="utf-8"))
         assert results["submission"] == r["submission"] and results["score"] == float(r["score"])
-    assert printed.out.splitlines()[0] == ("graded 8 submissions: mean 15 / 20; 3 need a second look "
-                                           "(the CSV's review column)")
+    # The mean leaves out the notebook and the empty zip (it was 15 / 20 with their zeros).
+    assert printed.out.splitlines()[:2] == [
+        "graded 8 submissions; 3 need a second look (the CSV's review column)",
+        "mean 20 of the 20 points of the modules run over the 6 submissions with something to grade; 2 held "
+        "nothing to grade (0 points each) and are left out"]
 
 
 def fake_run(calls: list):
@@ -129,10 +144,32 @@ def test_one_student_of_a_download_is_regraded_by_name(tmp_path, monkeypatch, ca
     assert grade.main([str(canvas), *args, "--regrade", "garciajose"]) == 0 and calls[2:] == [b"# garcia\n"]
     # With no submission given, the CSV's: its DOWNLOAD#STUDENT names are split from the download again.
     assert grade.main([*args, "--regrade", "canvas.zip#smithann"]) == 0 and calls[3:] == [b"# smith\n"]
-    assert [r["submission"] for r in csv.DictReader(book.open(encoding="utf-8"))] == [
-        f"{canvas}#garciajose", f"{canvas}#smithann"]
-    assert "graded 2 submissions (1 now, 1 in an earlier run): mean 20 / 20" in capsys.readouterr().out
+    assert [(r["submission"], r["path"]) for r in csv.DictReader(book.open(encoding="utf-8"))] == [
+        ("canvas.zip#garciajose", f"{canvas}#garciajose"), ("canvas.zip#smithann", f"{canvas}#smithann")]
+    assert "graded 2 submissions (1 now, 1 in an earlier run);" in capsys.readouterr().out
     # One student's platform-named files stay one submission.
     one = make_zip(tmp_path / "one.zip", {"garciajose_12345_678901_naive.py": b"# garcia\n",
                                           "garciajose_12345_678901_tiled.py": b"# garcia\n"})
     assert grade.main([str(one), "--only", "naive"]) == 0 and "a Canvas download" not in capsys.readouterr().err
+
+
+def test_moodle_folders_are_named_after_their_students(tmp_path, monkeypatch, capsys):
+    """Moodle's 'download submissions in folders', passed as submissions/*/: each row and results file is named
+    after its student (as a Canvas download's are), with Moodle's participant id, and a regrade by name finds it."""
+    calls = []
+    monkeypatch.setattr(testrun, "run_tests", fake_run(calls))
+    folders = []
+    for who, number in (("José García", "12345"), ("Zoë Müller", "23456")):
+        folder = tmp_path / "moodle" / f"{who}_{number}_assignsubmission_file_"
+        folder.mkdir(parents=True)
+        (folder / "naive.py").write_bytes(f"# {who}\n".encode())
+        folders.append(folder)
+    book, out = tmp_path / "grades.csv", tmp_path / "results"
+    args = ["--only", "naive", "--csv", str(book), "--out", f"{out}/"]
+    assert grade.main([*map(str, folders), *args]) == 0
+    rows = list(csv.DictReader(book.open(encoding="utf-8")))
+    assert [(r["student"], r["user_id"], r["late"], r["submission"], r["path"]) for r in rows] == [
+        ("José García", "12345", "", "José García_12345_assignsubmission_file_", str(folders[0])),
+        ("Zoë Müller", "23456", "", "Zoë Müller_23456_assignsubmission_file_", str(folders[1]))]
+    assert sorted(p.name for p in out.iterdir()) == ["José García.json", "Zoë Müller.json"]
+    assert grade.main([*args, "--regrade", "Zoë Müller"]) == 0 and calls[2:] == ["# Zoë Müller\n".encode()]

@@ -21,7 +21,7 @@ import pytest
 
 from gqa_flash import impl, layout
 from gqa_flash.testing import folder
-from gqa_flash.grader import grade, gradescope, plugin, report, submission, testrun
+from gqa_flash.grader import grade, gradescope, isolation, plugin, report, submission, testrun
 from gqa_flash.grader.testrun import TestResult as Result
 
 RIGHT = "# right\n"  # a naive.py the fake test run passes
@@ -84,13 +84,19 @@ def test_a_batch_records_each_submission_sorts_its_rows_and_ends_with_a_summary(
     assert grade.main(args) == 0
     printed = capsys.readouterr()
     # The summary on stdout, a line per submission on stderr.
+    # The mean is of the required points, over the one submission with something to grade.
     assert printed.out.splitlines() == [
-        "graded 3 submissions: mean 6.67 / 20; 2 need a second look (the CSV's review column)",
+        "graded 3 submissions; 2 need a second look (the CSV's review column)",
+        "mean 20 of the 20 points of the modules run over the 1 submission with something to grade; 2 held "
+        "nothing to grade (0 points each) and are left out",
         f"CSV: {book}", f"results: {out}/ (a .json per submission)"], printed.out
-    assert all(str(s) in printed.err for s in subs) and "LOOK: nothing graded" in printed.err
-    # Sorted by submission, whatever order they finished in; each row names its submission and results file.
+    assert all(f"started {s.name}" in printed.err for s in subs) and "LOOK: nothing graded" in printed.err
+    # Sorted by student, whatever order they finished in; each row names its submission (as it came, without
+    # the path typed), where it was found, and its results file.
     table = rows(book)
-    assert [Path(r["submission"]).name for r in table] == ["José García.zip", "Zoé", "Zoë"]
+    assert [(r["student"], r["submission"]) for r in table] == [
+        ("José García", "José García.zip"), ("Zoé", "Zoé"), ("Zoë", "Zoë")]
+    assert [r["path"] for r in table] == [str(subs[1]), str(subs[2]), str(subs[0])]
     assert sorted(p.name for p in out.iterdir()) == ["José García.json", "Zoé.json", "Zoë.json"]
     for row in table:
         results = json.loads(Path(row["results"]).read_text(encoding="utf-8"))
@@ -110,17 +116,20 @@ def test_regrade_replaces_a_row(tmp_path, monkeypatch, capsys):
     book, out = tmp_path / "grades.csv", tmp_path / "results"
     args = ["--only", "naive", "--csv", str(book), "--out", f"{out}/"]
     assert grade.main([*map(str, subs), *args]) == 0
-    assert [(Path(r["submission"]).name, r["score"]) for r in rows(book)] == [("alice", "0"), ("bob", "20")]
+    assert [(r["submission"], r["score"]) for r in rows(book)] == [("alice", "0"), ("bob", "20")]
     # Run again: nothing to do. Fix alice's file, regrade her by name: her row (and results file) is replaced.
     assert grade.main([*map(str, subs), *args]) == 0 and len(calls) == 2
     (subs[1] / "naive.py").write_text(RIGHT)
     assert grade.main([*map(str, subs), *args, "--regrade", "alice"]) == 0 and len(calls) == 3
-    assert [(Path(r["submission"]).name, r["score"]) for r in rows(book)] == [("alice", "20"), ("bob", "20")]
+    assert [(r["submission"], r["score"]) for r in rows(book)] == [("alice", "20"), ("bob", "20")]
     assert json.loads((out / "alice.json").read_text())["score"] == 20
     # With no submission given, the batch is the CSV's; a name is the CSV's submission column too.
     capsys.readouterr()
     assert grade.main([*args, "--regrade", str(subs[0])]) == 0 and calls[-1] == RIGHT.encode() and len(calls) == 4
-    assert "graded 2 submissions (1 now, 1 in an earlier run): mean 20 / 20" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "graded 2 submissions (1 now, 1 in an earlier run); 0 need a second look; 2 ran NOT ISOLATED (the CSV's "
+        f"isolation column): {isolation.describe('none')}",
+        "mean 20 of the 20 points of the modules run over the 2 submissions with something to grade"]
     assert len(rows(book)) == 2
     assert grade.main([*args, "--regrade", "carol"]) == 2
     assert "--regrade carol: no such submission" in capsys.readouterr().err
@@ -217,3 +226,89 @@ def test_the_csv_totals_are_exact(collected, tmp_path):
     assert (row["score"], row["max_score"]) == ("145", "100")
     assert [row[m] for m in layout.GRADED_MODULES] == ["20", "15", "25", "40", "20", "15", "10"]
 
+
+
+# --- why points were lost, and text cut where a reader can stop --------------------------------------------
+
+# How the test process cut the all-NaN message of testing.Mismatch (plugin.MESSAGE_CHARS), mid-word.
+NAN_CUT = ("AssertionError: O: first wrong at batch 0, head 0, row 0, col 0: got nan, expected 0.12 (512 of 512 "
+           "entries wrong, max |error| inf); every entry is NaN: was anything written? (in the interpreter outputs "
+           "start as NaN, so a placeholder left in place, or a store that never runs, shows this way) Or was 0 "
+           "divid... (forward.py, line 40)")
+HANG = "timed out after 60 s: an endless loop, or far too slow"
+
+
+def results(part: str, outcomes: list, points: float, **flags) -> list[Result]:
+    """A part's tests: True passes, a string fails with that message."""
+    return [Result(id=f"tests/graded/test_{part}.py::t[{i}]", part=part, name=f"test_{part}[{i}]", max_score=share,
+                   passed=o is True, message="" if o is True else o, **flags)
+            for i, (o, share) in enumerate(zip(outcomes, plugin.shares(points, len(outcomes))))]
+
+
+def test_the_csv_says_why_each_part_lost_points():
+    tests = (results("naive", [HANG, HANG] + ["not run: naive already hung or crashed 2 times"] * 3, 20)
+             + results("online_softmax", [report.NOT_STARTED] * 3, 15, not_started=True)
+             + results("tiled", [report.NOT_STARTED] * 4, 25, not_started=True)
+             + results("forward", [True] + [NAN_CUT] * 6 + ["ValueError: head_dim 80"], 40)
+             + results("backward", [report.NOT_STARTED] * 2, 20, not_started=True, bonus=True)
+             + results("decode", [True, "AssertionError: LSE wrong"], 15, bonus=True))
+    graded = grade.Report("alice.zip", tests=tests, files=["naive.py", "tiled.py", "forward.py", "decode.py"])
+    assert report.lost(graded).split(" | ") == [
+        "naive.py 0/20: timed out after 60 s: an endless loop, or far too slow (2 of 5 tests; the other 3 not run)",
+        "online_softmax.py 0/15: not handed in",
+        "tiled.py 0/25: not started",
+        "forward.py 5/40: AssertionError: O: first wrong at batch 0, head 0, row 0, col 0: got nan, expected 0.12 "
+        "(512 of 512 entries wrong, max |error| inf); every entry is NaN: was anything written? … (6 of 8 tests; 1 "
+        "more failed otherwise)",
+        "decode.py (bonus) 7.5/15: AssertionError: LSE wrong (1 of 2 tests)"]  # backward: a bonus not started
+    book = report.GradeBook(Path("/nonexistent/never-written.csv"), [], hidden=False)
+    assert book.row(graded)["lost"] == report.lost(graded)
+    zeroed = grade.Report("x", tests=results("naive", [True, "0 points: naive.py did not do its own work"], 20,
+                                             integrity=True), files=["naive.py"])
+    assert report.lost(zeroed) == "naive.py 10/20: scored 0: not the student's own work (the integrity column)"
+    assert report.lost(grade.Report("x", tests=results("naive", [True], 20))) == ""
+
+
+def test_text_is_cut_at_a_sentence_or_a_word_with_an_ellipsis():
+    assert report.clip("short enough", 12) == "short enough"
+    assert report.clip("the stub you were given, still", 24) == "the stub you were given…"
+    assert report.clip("no graded file found; hand in gqa_flash/naive.py", 40) == "no graded file found …"
+    assert report.clip("x" * 30, 10) == "x" * 9 + "…"
+    for n in range(5, 120):
+        assert len(report.clip(NAN_CUT, n)) <= n
+    # The review column: a stop note cut at a word, not mid-word.
+    stopped = grade.Report("nb.zip", stop="01_naive_attention.ipynb is a notebook: notebooks are not graded; hand in "
+                                          "gqa_flash/naive.py (your graded file), e.g. with make submission")
+    assert report.review(stopped) == ("nothing graded: 01_naive_attention.ipynb is a notebook: notebooks are not "
+                                      "graded …")
+    # A message the test process cut mid-word reads to its last sentence in the table and the CSV.
+    graded = grade.Report("a.zip", tests=results("forward", [True, NAN_CUT], 40), files=["forward.py"])
+    text = grade.table(graded)
+    assert "divid" not in text and "was anything written? … (forward.py, line 40)" in text, text
+    assert report.mend("ValueError: head_dim 80 (forward.py, line 3)") == "ValueError: head_dim 80 (forward.py, line 3)"
+
+
+def test_the_csvs_columns_go_straight_into_a_gradebook(tmp_path):
+    student = submission.Student("smithann", "23456", True, "Canvas")
+    graded = grade.Report("canvas.zip#smithann", tests=results("naive", [True], 20) + results("decode", [True], 15,
+                                                                                               bonus=True),
+                          files=["naive.py", "decode.py"], student=student, path="in/canvas.zip#smithann",
+                          notes=["graded smithann_LATE_23456_789012_naive.py as naive.py (a Canvas download name)"],
+                          platform="Canvas")
+    book = report.GradeBook(tmp_path / "grades.csv", ["naive", "decode"], hidden=False)
+    book.add(graded, "results/smithann.json")
+    book.add(grade.Report("alice", tests=results("naive", [True], 20), files=["naive.py"], path="in/alice",
+                          student=submission.Student("alice")))
+    assert [(r["student"], r["user_id"], r["late"], r["submission"], r["score"], r["max_score"], r["bonus"],
+             r["path"]) for r in rows(tmp_path / "grades.csv")] == [
+        ("alice", "", "", "alice", "20", "20", "0", "in/alice"),
+        ("smithann", "23456", "yes", "canvas.zip#smithann", "35", "20", "15", "in/canvas.zip#smithann")]
+    assert book.done == {"in/alice", "in/canvas.zip#smithann"}
+    # The notes cell, cut at 1000 characters, ends at a word.
+    long = grade.Report("b", tests=results("naive", [True], 20), notes=["ignored " + "some_file.txt, " * 100])
+    assert report.GradeBook(tmp_path / "b.csv", ["naive"], hidden=False).row(long)["notes"].endswith("some_file.txt…")
+    # A CSV of another layout is refused, by name.
+    old = tmp_path / "old.csv"
+    old.write_text("submission,results,score\n")
+    with pytest.raises(SystemExit, match="use another --csv file"):
+        report.GradeBook(old, ["naive"], hidden=False)

@@ -434,9 +434,12 @@ def test_a_batch_writes_a_row_as_each_finishes_and_resumes(tmp_path, capsys):
             "--test-timeout-cap", "10", "--workdir", str(tmp_path)]
     assert grade.main(args) == 0
     rows = {r["submission"]: r for r in csv.DictReader(book.open())}
-    assert {Path(s).name: rows[s]["score"] for s in rows} == {"good": "20", "empty": "0", "hangs": "0"}
-    assert list(rows[str(subs[0])]) == ["submission", "results", "score", "max_score", "naive", "review", "integrity",
-                                        "isolation", "seconds", "notes"]
+    assert {s: rows[s]["score"] for s in rows} == {"good": "20", "empty": "0", "hangs": "0"}
+    assert list(rows["good"]) == ["student", "user_id", "late", "submission", "score", "max_score", "bonus", "naive",
+                                  "lost", "review", "integrity", "isolation", "seconds", "notes", "results", "path"]
+    # Why the hang lost its points is in the CSV, not only in its results file.
+    assert rows["hangs"]["lost"].startswith("naive.py 0/20: timed out after "), rows["hangs"]
+    assert rows["good"]["lost"] == "" and rows["hangs"]["review"] == ""
     assert json.loads((out / "good.json").read_text())["score"] == 20
     assert sorted(p.name for p in out.iterdir()) == ["empty.json", "good.json", "hangs.json"]
     # Run again, one more submission: only that one is graded.

@@ -24,7 +24,10 @@ A learning platform's bulk download (Canvas, Blackboard: one flat folder or zip
 of the whole class, ``garciajose_12345_678901_naive.py``...) is split into a
 submission per student (:mod:`gqa_flash.grader.downloads`), named
 ``DOWNLOAD#STUDENT`` in the CSV (``canvas.zip#garciajose``) and
-``STUDENT.json`` in the results.
+``STUDENT.json`` in the results. The CSV's row of a submission names its
+student as the platform's names say (:mod:`gqa_flash.grader.platforms`: the
+name, the platform's id, whether Canvas marked it late; else the submission's
+own name), and the submission by its own name, without the path typed.
 
 A submission that holds nothing to grade (``Submission.stop``: an empty zip, a
 notebook only) runs no test: each part scores 0, with its one note.
@@ -46,13 +49,15 @@ Examples::
     python -m gqa_flash.grader --gradescope-bundle autograder.zip [--extra-tests hidden/]
 
 A batch writes each submission's row (and its results file, named after the
-submission: ``José García.zip`` -> ``José García.json``) as soon as it is
-graded, keeps the CSV sorted by submission, prints a line per submission on
-stderr, and ends with a summary on stdout: how many were graded, their mean,
-how many rows need a second look (the CSV's ``review`` column), where the CSV
-and the results went. Run the same command again after an interruption and
-the submissions already in the CSV are skipped; ``--regrade NAME...`` grades
-those again and replaces their rows.
+student: ``José García.zip`` -> ``José García.json``) as soon as it is
+graded, keeps the CSV sorted by student, prints on stderr a line when it
+starts and as each submission starts and is graded (``[graded/all]``, the
+time so far, the time left: :mod:`gqa_flash.grader.progress`), and ends with a
+summary on stdout: how many were graded, the mean of the required points over
+those that held something to grade, how many rows need a second look (the
+CSV's ``review`` column), where the CSV and the results went. Run the same
+command again after an interruption and the submissions already in the CSV
+are skipped; ``--regrade NAME...`` grades those again and replaces their rows.
 """
 
 from __future__ import annotations
@@ -72,9 +77,10 @@ from pathlib import Path
 
 from gqa_flash import layout
 from gqa_flash.grader import downloads, gate, gradescope, isolation, sandbox, submission, testrun
-from gqa_flash.grader.report import (NOT_GRADED, GradeBook, Progress, batch_summary, integrity_lines,
-                                     num, part_name, progress_line, results_names, review, stem, table, total,
-                                     verdict, write_json)
+from gqa_flash.grader.platforms import Student
+from gqa_flash.grader.progress import Progress, batch_summary, progress_line, summary_row
+from gqa_flash.grader.report import (NOT_GRADED, GradeBook, integrity_lines, num, part_name, results_names,
+                                     stem, student_name, table, total, verdict, write_json)
 from gqa_flash.grader.started import (STUB_PRINTS, code_fingerprint, mark_not_started, not_started,  # noqa: F401
                                       stub_fingerprints, stub_manifest)  # re-exported: conftest, handin, edition...
 from gqa_flash.grader.testrun import Limits, TestResult
@@ -90,7 +96,7 @@ REQUIRED_PARTS = tuple(m for m in layout.GRADED_MODULES if m not in layout.BONUS
 class Report:
     """One graded submission."""
 
-    submission: str
+    submission: str  # its name as it came (alice.zip, a Moodle folder's name, canvas.zip#garciajose)
     tests: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # the graded files it submitted
@@ -110,6 +116,15 @@ class Report:
     # How the executor ran the student's code: "bwrap", "user" or "none" (gqa_flash.grader.isolation); None
     # when no code ran (nothing to grade).
     isolation: str | None = None
+    # Who handed it in: as a platform's names say (with its id for them, and whether it was late), else the
+    # submission's own name; None for the working copy.
+    student: Student | None = None
+    path: str = ""  # where the grader found it, as given (the CSV's path column: a batch run again finds it)
+
+    @property
+    def key(self) -> str:
+        """One submission of a batch: its path as given (two alice.zip of two folders are two)."""
+        return self.path or self.submission
 
     @property
     def score(self) -> float:
@@ -200,8 +215,9 @@ def grade(source: Path | downloads.Piece | None = None, *, course: sandbox.Cours
     expected = [f"{p}.py" for p in _parts(course, only)]
     piece = source if isinstance(source, downloads.Piece) else None
     sub = submission.read(piece.folder if piece else source, expected=[f for f in course.graded_files if f in expected])
-    report = Report(submission=str(piece) if piece else sub.name, notes=list(sub.notes), files=sorted(sub.files),
-                    platform=piece.platform if piece else None)
+    report = Report(submission=_name(source), notes=list(sub.notes), files=sorted(sub.files),
+                    platform=piece.platform if piece else None, student=_student(source, sub),
+                    path="" if source is None else str(source))
     stop = sub.stop
     if stop:  # nothing to grade: running the whole suite on stubs would take a minute to say so
         report.stop, report.notes = stop, list(sub.notes)  # the stop line is the last note
@@ -233,6 +249,26 @@ def grade(source: Path | downloads.Piece | None = None, *, course: sandbox.Cours
         report.notes.append(report.error)
     report.seconds = time.monotonic() - start
     return report
+
+
+def _name(source: Path | downloads.Piece | None) -> str:
+    """A submission's name as it came, without the path typed to reach it: 'alice.zip', a Moodle folder's
+    'José García_12345_assignsubmission_file_', a bulk download's student 'canvas.zip#garciajose'."""
+    if isinstance(source, downloads.Piece):
+        return source.name
+    if source is None:
+        return "working copy"
+    return Path(source).name or Path(source).resolve().name
+
+
+def _student(source: Path | downloads.Piece | None, sub: submission.Submission) -> Student | None:
+    """Who handed it in: a bulk download's student, else whom the platform's names in it say, else a
+    student named after the submission (alice.zip: alice); None for the working copy."""
+    if isinstance(source, downloads.Piece):
+        return source.student
+    if sub.student is not None:
+        return sub.student
+    return None if source is None else Student(student_name(Path(source)))
 
 
 def gate_files(course: sandbox.Course, files: dict[str, bytes]) -> dict[str, list]:
@@ -288,22 +324,28 @@ def _points_in(source: bytes) -> float:
 
 
 def grade_batch(sources: list[Path], *, course: sandbox.Course, only=None, limits: Limits | None = None,
-                jobs: int = 1, on_done=None, workdir: Path | None = None) -> list[Report]:
-    """Grade many submissions, jobs at a time; on_done(source, report) as each one finishes.
+                jobs: int = 1, on_done=None, on_start=None, workdir: Path | None = None) -> list[Report]:
+    """Grade many submissions, jobs at a time; on_start(source) as each one starts, on_done(source, report) as
+    each one finishes.
 
     Each submission's tests run in their own processes; the threads here only
     wait for them, so `jobs` is how many test processes run at once.
     """
     reports = []
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+
+    def one(src):  # on the pool's thread: its lines come in the order things happen
+        if on_start is not None and not testrun.STOP.is_set():
+            on_start(src)
+        report = grade(src, course=course, only=only, limits=limits, workdir=workdir)
+        if on_done is not None:
+            on_done(src, report)
+        return report
+
     try:
-        futures = {pool.submit(grade, src, course=course, only=only, limits=limits, workdir=workdir): src
-                   for src in sources}
+        futures = [pool.submit(one, src) for src in sources]
         for future in as_completed(futures):
-            report = future.result()
-            reports.append(report)
-            if on_done is not None:
-                on_done(futures[future], report)
+            reports.append(future.result())
     except BaseException:  # Ctrl-C: stop the test processes, keep what is written
         testrun.stop()
         pool.shutdown(wait=True, cancel_futures=True)
@@ -461,7 +503,7 @@ def _grade_batch(args, sources: list, scratch: Path, course: sandbox.Course, onl
     if len(todo) < len(sources):
         print(f"skipping {len(sources) - len(todo)} submission(s) already in {args.csv}", file=sys.stderr)
     names = results_names(sources)  # of the whole batch, so that a submission keeps its file from run to run
-    progress = Progress(len(todo))
+    progress = Progress(len(todo), jobs=args.jobs)
     lock = threading.Lock()
     rows = []  # this run's, for the summary when there is no CSV
 
@@ -473,15 +515,14 @@ def _grade_batch(args, sources: list, scratch: Path, course: sandbox.Course, onl
             if book is not None:
                 book.add(report, str(results or ""))
             if book is None:
-                rows.append(_row(report))
-            progress.done(progress_line(report))
+                rows.append(summary_row(report))
+            progress.done(src, progress_line(report))
 
-    try:
-        reports = grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done,
-                              workdir=args.workdir)
-    finally:
-        progress.close()
-    print(batch_summary(book.rows() if book else rows, now=len(reports), csv_path=args.csv, out=args.out))
+    progress.begin()
+    reports = grade_batch(todo, course=course, only=only, limits=limits, jobs=args.jobs, on_done=on_done,
+                          on_start=lambda src: progress.started(src, _name(src)), workdir=args.workdir)
+    print(batch_summary(book.rows() if book else rows, now=len(reports), csv_path=args.csv, out=args.out,
+                        partial=only is not None))
     errors = [r for r in reports if r.error is not None]
     if errors:
         where = f" (score {GradeBook.ERROR} in {args.csv})" if args.csv else ""
@@ -492,8 +533,9 @@ def _grade_batch(args, sources: list, scratch: Path, course: sandbox.Course, onl
 
 
 def _of_the_csv(book: GradeBook, scratch: Path) -> list:
-    """The submissions of the CSV's rows, a bulk download's students (DOWNLOAD#STUDENT) split from it again."""
-    names = [row["submission"] for row in book.rows()]
+    """The submissions of the CSV's rows (its path column), a bulk download's students (DOWNLOAD#STUDENT) split
+    from it again."""
+    names = [row["path"] for row in book.rows()]
     downloaded = [n.rpartition("#")[0] for n in names if "#" in n and not Path(n).exists()]
     pieces = {str(p): p for p in _split([Path(d) for d in dict.fromkeys(downloaded) if Path(d).exists()], scratch)
               if isinstance(p, downloads.Piece)}
@@ -508,13 +550,8 @@ def _named(source: Path | downloads.Piece, name: str) -> bool:
 
     if isinstance(source, downloads.Piece):
         return nfc(name) in {nfc(n) for n in source.names()}
-    return nfc(name.rstrip("/")) in {nfc(str(source)), nfc(source.name), nfc(stem(source))}
-
-
-def _row(report: Report) -> dict[str, str]:
-    """What the summary reads of a submission graded with no CSV."""
-    return {"score": GradeBook.ERROR if report.error is not None else num(report.score),
-            "max_score": num(report.max_score), "review": review(report), "isolation": report.isolation or ""}
+    return nfc(name.rstrip("/")) in {nfc(str(source)), nfc(source.name), nfc(stem(source)),
+                                     nfc(student_name(source))}
 
 
 def _parts(course: sandbox.Course, only=None) -> list[str]:

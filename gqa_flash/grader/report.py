@@ -1,18 +1,23 @@
-"""What a grading shows and keeps: the table, the CSV of a batch, the results files, the batch's summary.
+"""What a grading shows and keeps: the table, the CSV of a batch, the results files.
 
 Everything here reads a graded submission (a ``grade.Report``) and writes it
 down for a person:
 
 * :func:`table`, the verdict on the terminal: a row per part, the failed
   tests under it;
-* :class:`GradeBook`, the CSV of a batch: a row per submission, sorted by
-  submission, rewritten whole as each one is graded (a batch run again goes
-  on where it stopped); a ``review`` column says, in a few words, why a row
-  needs a second look (:func:`review`);
+* :class:`GradeBook`, the CSV of a batch: a row per submission, ready for a
+  gradebook (the student, the platform's id for them, whether it was late,
+  the points), sorted by student, rewritten whole as each one is graded (a
+  batch run again goes on where it stopped); a ``lost`` column says in a few
+  words why each part lost points (:func:`lost`), a ``review`` column why a
+  row needs a second look (:func:`review`);
 * :func:`results_names`, one readable results file name per submission
-  (``José García.zip`` -> ``José García.json``), and :func:`write_json`;
-* :class:`Progress`, a line per submission on stderr, and
-  :func:`batch_summary`, the lines a batch ends with on stdout.
+  (``José García.zip`` -> ``José García.json``), and :func:`write_json`.
+
+The lines of a batch on the terminal are :mod:`gqa_flash.grader.progress`'s.
+
+Text is cut, where a cell or a line has no room for it, at a sentence or a
+word, with an ellipsis (:func:`clip`).
 """
 
 from __future__ import annotations
@@ -21,13 +26,12 @@ import csv
 import json
 import math
 import re
-import sys
-import time
 import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gqa_flash.grader import gradescope, isolation
+from gqa_flash.grader.platforms import student_of
 
 if TYPE_CHECKING:
     from gqa_flash.grader.grade import Report
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
 
 NOT_STARTED = "not started (still the stub you were given)"
 NOT_GRADED = "not graded"  # the one test of each part of a submission that held nothing to grade (Report.stop)
+NOTHING_GRADED = "nothing graded: "  # how the review column begins for such a submission
 
 
 def total(points) -> float:
@@ -87,7 +92,7 @@ def table(report: Report) -> str:
         by_message: dict[str, list[TestResult]] = {}
         for t in tests:
             if not t.passed and not t.not_started and t.name != NOT_GRADED:
-                by_message.setdefault(t.message, []).append(t)
+                by_message.setdefault(mend(t.message), []).append(t)
         for message, failed in by_message.items():
             names = failed[0].name if len(failed) == 1 else f"{failed[0].name} and {len(failed) - 1} more"
             if len(failed) == len(tests) > 1:
@@ -120,7 +125,7 @@ def review(report: Report) -> str:
     A bulk download's platform names (garciajose_12345_678901_naive.py, split from canvas.zip) are how its files
     arrive: not a rename worth a look, unless the name the student gave is one too (..._l_single_naive.py)."""
     if report.stop:
-        return f"nothing graded: {short(report.stop)}"
+        return NOTHING_GRADED + short(report.stop)
     if report.error is not None:
         return "not graded: the grader failed"
     reasons = []
@@ -146,7 +151,103 @@ def review(report: Report) -> str:
 
 
 def short(text: str, chars: int = 80) -> str:
-    return text if len(text) <= chars else text[:chars - 3].rstrip() + "..."
+    """A few words for a CSV cell: text, cut at a sentence or a word to fit in chars (see clip)."""
+    return clip(text, chars)
+
+
+ELLIPSIS = "…"
+
+
+def clip(text: str, chars: int) -> str:
+    """text in at most chars characters: whole if it fits, else cut where a reader can stop, with an ellipsis.
+
+    The cut is at the end of a sentence or clause if one ends past the first 40% of the room ('was anything
+    written? …'), else after the last whole word in the last half ('the stub you were…'), else (one long word,
+    a path) wherever the room ends."""
+    if len(text) <= chars:
+        return text
+    return _cut(text, chars)
+
+
+def _cut(text: str, chars: int) -> str:
+    """text, cut back to a sentence or a word (see clip), with an ellipsis: at most chars characters."""
+    room = text[:max(1, chars - 2)]  # a sentence's end, then " …"
+    end = max(room.rfind(stop) + 1 for stop in (". ", "? ", "! ", "; "))
+    if end >= 0.4 * chars:
+        return room[:end].rstrip(";") + " " + ELLIPSIS
+    space = text.rfind(" ", 0, chars + 1)  # a word's end, then "…"
+    while space >= chars // 2:
+        kept = text[:space].rstrip(" ,;:(-")
+        if len(kept) < chars:
+            return kept + ELLIPSIS
+        space = text.rfind(" ", 0, space)
+    return text[:chars - 1] + ELLIPSIS
+
+
+# How the test process cuts a long failure message (plugin.MESSAGE_CHARS), wherever the count ends: 'Or was 0
+# divid...', and where in the graded file it was raised after it.
+CUT_MID_WORD = re.compile(r"^(?P<text>.*\w)\.\.\.(?P<where> \([\w.]+\.py, line \d+\))?$", re.S)
+
+
+def mend(message: str) -> str:
+    """A failure message the test process cut mid-word ('... Or was 0 divid...'), cut back to its last sentence
+    or word instead ('... was anything written? …'); any other message as it is."""
+    m = CUT_MID_WORD.match(message)
+    if m is None:
+        return message
+    text = m["text"]
+    return _cut(text, len(text)) + (m["where"] or "")  # its last word may be cut: never kept whole
+
+
+# --- why points were lost ----------------------------------------------------------------
+
+LOST_CHARS = 180  # the reason of one part, in the CSV's lost column
+NOT_RUN = "not run: "  # a test the grader gave up on (a part that hung twice, the submission's time used up)
+
+
+def lost(report: Report) -> str:
+    """Why each part that lost points lost them, one short reason a part, for the CSV's lost column:
+    'naive.py 0/20: timed out after 60 s: an endless loop, or far too slow (2 of 5 tests; 3 not run)'.
+
+    The reason is the failure most of the part's failed tests share (a test the grader did not run, after a
+    hang, says why the others failed only when nothing else does). A bonus module not handed in or not started
+    loses nothing worth a word; a required one reads 'not handed in' or 'not started'."""
+    if report.stop:
+        return "every part: nothing to grade (the review column says what it held)"
+    if report.error is not None:
+        return ""
+    reasons = []
+    for tests in report.parts().values():
+        got, worth = total(t.score for t in tests), total(t.max_score for t in tests)
+        if got >= worth:
+            continue
+        first = tests[0]
+        if all(t.not_started for t in tests):
+            if first.bonus:
+                continue
+            why = "not started" if f"{first.part}.py" in report.files else "not handed in"
+        elif any(t.integrity for t in tests):
+            why = "scored 0: not the student's own work (the integrity column)"
+        else:
+            why = _why_failed([t for t in tests if not t.passed], len(tests))
+        reasons.append(f"{part_name(first)} {num(got)}/{num(worth)}: {why}")
+    return " | ".join(reasons)
+
+
+def _why_failed(failed: list[TestResult], n: int) -> str:
+    """The failure most of these tests share, clipped, and how many tests it stands for."""
+    ran = [t for t in failed if not t.message.startswith(NOT_RUN)] or failed
+    messages: dict[str, int] = {}
+    for t in ran:
+        message = mend(t.message) or "failed"
+        messages[message] = messages.get(message, 0) + 1
+    message, same = max(messages.items(), key=lambda kv: kv[1])  # the first of the most common
+    count = f"all {n} tests" if same == n > 1 else f"{same} of {n} test{'s' * (n != 1)}"
+    others = len(ran) - same
+    not_run = len(failed) - len(ran)
+    count += f"; {others} more failed otherwise" if others else ""
+    count += f"; {'the other ' if not others else ''}{not_run} not run" if not_run else ""
+    return f"{short(message, LOST_CHARS)} ({count})"
 
 
 # --- the CSV of a batch -------------------------------------------------------------------
@@ -157,27 +258,38 @@ def sort_key(name: str) -> tuple[str, str]:
     return unicodedata.normalize("NFC", name).casefold(), name
 
 
+CELL_CHARS = 1000  # the notes and integrity cells: a gradebook's cell, not the results file
+
+
+def late(report: Report) -> str:
+    """The CSV's late column: 'yes' or 'no' where the platform's names say (Canvas's _LATE_), else ''."""
+    flag = report.student.late if report.student else None
+    return "" if flag is None else "yes" if flag else "no"
+
+
 class GradeBook:
-    """The CSV of a batch: one row per submission, sorted by submission, flushed as each is graded; it knows
-    who is done."""
+    """The CSV of a batch: one row per submission, sorted by student, flushed as each is graded; it knows
+    who is done (by the path column: where the batch found each submission)."""
 
     ERROR = "ERROR"  # the score of a submission that could not be graded
 
     def __init__(self, path: Path, parts: list[str], hidden: bool):
         self.path = Path(path)
         self.parts = parts
-        self.columns = ["submission", "results", "score", "max_score", *parts, *(["hidden"] if hidden else []),
-                        "review", "integrity", "isolation", "seconds", "notes"]
+        self.columns = ["student", "user_id", "late", "submission", "score", "max_score", "bonus", *parts,
+                        *(["hidden"] if hidden else []), "lost", "review", "integrity", "isolation", "seconds",
+                        "notes", "results", "path"]
         self.done: set[str] = set()
         if self.path.exists() and self.path.stat().st_size:
             with open(self.path, newline="", encoding="utf-8") as f:
                 reader = csv.DictReader(f)
                 if reader.fieldnames != self.columns:
-                    raise SystemExit(f"{self.path} has columns {reader.fieldnames}, not {self.columns}: "
-                                     "use another --csv file")
+                    raise SystemExit(f"{self.path} has the columns {', '.join(reader.fieldnames or [])}, not this "
+                                     f"batch's {', '.join(self.columns)} (another version of the grader, or "
+                                     "other modules): use another --csv file")
                 # A row that says ERROR is not done: the submission is graded again, and its new row
                 # replaces that one (add).
-                self.done = {row["submission"] for row in reader if row["score"] != self.ERROR}
+                self.done = {row["path"] for row in reader if row["score"] != self.ERROR}
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._write([])
@@ -187,11 +299,14 @@ class GradeBook:
             return list(csv.DictReader(f))
 
     def row(self, report: Report, results: str = "") -> dict[str, str]:
-        row = {"submission": report.submission, "results": results, "score": num(report.score),
-               "max_score": num(report.max_score), "review": review(report),
-               "integrity": " | ".join(report.integrity)[:1000], "isolation": report.isolation or "",
-               "seconds": f"{report.seconds:.0f}",
-               "notes": " | ".join(report.notes)[:1000]}
+        student = report.student
+        row = {"student": student.name if student else "", "user_id": student.user_id if student else "",
+               "late": late(report), "submission": report.submission, "score": num(report.score),
+               "max_score": num(report.max_score), "bonus": num(total(t.score for t in report.tests if t.bonus)),
+               "lost": lost(report), "review": review(report),
+               "integrity": clip(" | ".join(report.integrity), CELL_CHARS), "isolation": report.isolation or "",
+               "seconds": f"{report.seconds:.0f}", "notes": clip(" | ".join(report.notes), CELL_CHARS),
+               "results": results, "path": report.key}
         if report.error is not None:
             row["score"] = self.ERROR
         for part in self.parts:
@@ -203,16 +318,17 @@ class GradeBook:
     def add(self, report: Report, results: str = "") -> None:
         """Write report's row (results: its results file), in place of any earlier row of that submission."""
         row = self.row(report, results)
-        self._write([r for r in self.rows() if r["submission"] != row["submission"]] + [row])
+        self._write([r for r in self.rows() if r["path"] != row["path"]] + [row])
         if row["score"] != self.ERROR:
-            self.done.add(row["submission"])
+            self.done.add(row["path"])
 
     def _write(self, rows: list[dict[str, str]]) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w", newline="", encoding="utf-8") as f:  # whole or not at all: a kill loses no graded row
             writer = csv.DictWriter(f, self.columns)
             writer.writeheader()
-            writer.writerows(sorted(rows, key=lambda r: sort_key(r["submission"])))
+            writer.writerows(sorted(rows, key=lambda r: (sort_key(r["student"]), sort_key(r["submission"]),
+                                                         r["path"])))
         tmp.replace(self.path)
 
 
@@ -235,15 +351,24 @@ def readable_name(text: str) -> str:
     return text or "submission"
 
 
+def student_name(source: Path) -> str:
+    """Who a submission is, by its name: the student a platform's name gives (a Moodle folder
+    'José García_12345_assignsubmission_file_', a Canvas file 'leekim_34567_890123_naive.py'), else the
+    submission's name without its .zip or .py ('José García.zip' -> 'José García')."""
+    found = student_of(source.name, folder=True) or student_of(stem(source))
+    return found.name if found else stem(source)
+
+
 def results_names(sources: list) -> dict:
-    """A distinct, readable results file name per submission: 'José García.zip' -> 'José García.json', and
-    a student of a bulk download (downloads.Piece, 'canvas.zip#garciajose') -> 'garciajose.json'.
+    """A distinct, readable results file name per submission: 'José García.zip' -> 'José García.json', a
+    student of a bulk download (downloads.Piece, 'canvas.zip#garciajose') -> 'garciajose.json', and a
+    platform's name the same way: 'José García_12345_assignsubmission_file_' -> 'José García.json'.
 
     Two that would be one file on a case-blind disk (macOS, Windows) are told apart by a number: 'alice.zip'
     and 'Alice/' are 'alice.json' and 'Alice-2.json'."""
     names, used = {}, set()
     for src in sources:
-        base = readable_name(getattr(src, "who", None) or stem(Path(src)))
+        base = readable_name(getattr(src, "who", None) or student_name(Path(src)))
         name, n = base, 1
         while name.casefold() in used:
             n += 1
@@ -258,70 +383,3 @@ def write_json(path: Path, report: Report) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(gradescope.results_json(report), indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(path)  # whole or not at all, even if interrupted
-
-
-# --- the batch on the terminal ------------------------------------------------------------
-
-
-class Progress:
-    """A progress bar on stderr (a line per submission when stderr is not a terminal)."""
-
-    def __init__(self, total: int, stream=None):
-        self.total, self.count, self.stream = total, 0, stream or sys.stderr  # sys.stderr now: it may be replaced
-        self.tty = self.stream.isatty()
-        self.start = time.monotonic()
-
-    def done(self, line: str) -> None:
-        self.count += 1
-        if self.tty:
-            self.stream.write("\r\033[K")
-        self.stream.write(line + "\n")
-        if self.tty:
-            width = 30
-            filled = width * self.count // max(1, self.total)
-            elapsed = time.monotonic() - self.start
-            eta = elapsed / self.count * (self.total - self.count)
-            self.stream.write(f"[{'#' * filled}{'.' * (width - filled)}] {self.count}/{self.total}  "
-                              f"{elapsed:.0f} s, about {eta:.0f} s to go")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def progress_line(report: Report) -> str:
-    """A submission's line as a batch grades it: its score, its name, its notes and why to look at it."""
-    score = "ERROR" if report.error is not None else f"{num(report.score):>6} / {num(report.max_score)}"
-    line = f"{score}  {report.submission}"
-    if report.notes:
-        line += f"  ({len(report.notes)} note{'s' * (len(report.notes) != 1)})"
-    look = review(report)
-    return line + (f"  LOOK: {look}" if look else "")
-
-
-def batch_summary(rows: list[dict[str, str]], *, now: int, csv_path: Path | None, out: str | None) -> str:
-    """The lines a batch ends with: how many graded, the mean, how many to look at, where everything went.
-
-    rows: the CSV's rows (the whole batch, earlier runs too), or this run's own when there is no CSV."""
-    graded = [r for r in rows if r["score"] != GradeBook.ERROR]
-    errors = len(rows) - len(graded)
-    earlier = f" ({now} now, {len(rows) - now} in an earlier run)" if len(rows) > now else ""
-    line = f"graded {len(graded)} submission{'s' * (len(graded) != 1)}{earlier}"
-    if graded:
-        mean = sum(float(r["score"]) for r in graded) / len(graded)
-        worth = max(float(r["max_score"]) for r in graded)
-        line += f": mean {num(mean)} / {num(worth)}"
-    looks = sum(bool(r["review"]) for r in rows)
-    line += f"; {looks} need{'s' * (looks == 1)} a second look" + (" (the CSV's review column)" if looks else "")
-    if errors:
-        line += f"; {errors} could not be graded ({GradeBook.ERROR})"
-    bare = sum(r.get("isolation") == "none" for r in rows)
-    if bare:
-        line += (f"; {bare} ran NOT ISOLATED (the CSV's isolation column): {isolation.describe('none')}")
-    return "\n".join([
-        line,
-        f"CSV: {csv_path}" if csv_path else "CSV: none (--csv FILE keeps one, and lets a batch run again go on)",
-        f"results: {out} (a .json per submission)" if out else "results: none (--out FOLDER/ writes a .json each)",
-    ])
