@@ -30,6 +30,7 @@ One module per lesson:
     tiled.py          notebook 03: tiled.py
     primer.py         notebook 03b (practice, not graded): the Triton primer's eight puzzles, each check given
                       your kernel
+    primer_launch.py  notebook 03b: launching your kernel, judging what it wrote (and, in puzzle 3, read)
     probes.py         notebooks 04 and 07: tiny kernels that call one helper of forward.py or decode.py
     kernel_walk.py    notebook 04: forward.py Parts 1-3 (ids, tile loads, the key loop)
     kernel_parts.py   notebook 04: forward.py Parts 4-6 (update, mask, epilogue), each alone
