@@ -2,8 +2,8 @@
 
 Nothing here runs your code: every picture is computed from the definitions
 (shapes, the block table, the causal rule), so it draws before you have
-written a line. :func:`plot_decode_bandwidth` draws the H200's measurements
-(``python -m gqa_flash.lab.bench_decode``) from the rows it is given.
+written a line. :func:`plot_decode_bandwidth` draws measurements
+(``python -m gqa_flash.lab.bench_decode``) from the rows it is given, and names their GPU.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from gqa_flash import decode_launch
+from gqa_flash.launch import cdiv
 from gqa_flash.lab.viz import KV_COLORS, MASKED, SKIPPED, VISITED
 
 CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -287,28 +289,69 @@ def plot_new_token_mask(seq_len=13, n_new=4, capacity=16):
 # --------------------------------------------------------------------------
 
 
-def plot_sm_fill(batch=1, kv_heads=8, splits=32, sms=132):
-    """Programs on the SMs of an H200: one per (sequence, KV head), then with each context cut into splits."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.2))
+H200_SMS = 132  # an H200's streaming multiprocessors
+
+
+def split_counts(batch, context, kv_heads=8, sms=H200_SMS):
+    """How ``gqa_flash/decode_launch.py`` splits a contiguous cache of one new token a sequence (4 rows or
+    fewer a KV group: one row block) on a GPU of ``sms`` SMs: ``(wanted, launched)``.
+
+    ``wanted`` is its ``default_num_splits`` at the GPU's key block (``SPLIT_BLOCK_N``): no split when
+    ``batch * kv_heads`` programs fill the SMs, else as many as keep ``PROGRAMS_PER_SM`` programs a SM in
+    one wave, and never more than key blocks. ``launched`` is what the launcher runs after rounding each
+    chunk up to whole key blocks, which can leave a split fewer (33 wanted, 32 launched at batch 1, 32k).
+    """
+    programs = batch * kv_heads
+    if programs >= sms:
+        wanted = 1
+    else:
+        wanted = max(1, min(decode_launch.PROGRAMS_PER_SM * sms // programs,
+                            cdiv(context, decode_launch.SPLIT_BLOCK_N)))
+    chunk = cdiv(cdiv(context, wanted), decode_launch.SPLIT_BLOCK_N) * decode_launch.SPLIT_BLOCK_N
+    return wanted, cdiv(context, chunk)
+
+
+def sm_fill_title(programs, sms=H200_SMS, per_sm=None) -> str:
+    """What ``programs`` programs do to ``sms`` SMs that run ``per_sm`` each at once: busy SMs, places
+    left free, and how many waves the launch takes (a wave: every place filled once)."""
+    per_sm = decode_launch.PROGRAMS_PER_SM if per_sm is None else per_sm
+    places = sms * per_sm
+    waves = math.ceil(programs / places)
+    busy = min(programs, sms)
+    text = f"{per_sm} a SM on {sms} SMs = {places} places: "
+    if waves == 1:
+        idle = f", {sms - busy} SMs idle" if busy < sms else ""
+        return text + f"one wave, {places - programs} places free{idle}"
+    return text + f"{waves} waves, the last of {programs - (waves - 1) * places} programs alone"
+
+
+def plot_sm_fill(batch=1, kv_heads=8, context=32768, sms=H200_SMS):
+    """Programs on the SMs of an H200, without a split (one program per sequence and KV head) and with the
+    split count the launcher picks for ``context`` (:func:`split_counts`). Each SM is a square of
+    ``PROGRAMS_PER_SM`` places; the GPU hands program ``i`` to SM ``i % sms``, then fills the second places."""
+    per_sm = decode_launch.PROGRAMS_PER_SM
+    _, splits = split_counts(batch, context, kv_heads, sms)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4))
     cols = 12
     for ax, n_split in zip(axes, (1, splits)):
         programs = batch * kv_heads * n_split
-        busy = min(programs, sms)
         for s in range(sms):
             r, c = divmod(s, cols)
-            on = s < busy
-            kv = (s // n_split) % kv_heads if on else 0
-            ax.add_patch(Rectangle((c, r), 0.9, 0.9, facecolor=KV_COLORS[kv % 10] if on else "white",
-                                   edgecolor="#AAAAAA", alpha=0.7 if on else 1))
+            for place in range(per_sm):
+                program = place * sms + s  # breadth first: one program on every SM, then a second
+                on = program < programs
+                kv = (program // n_split) % kv_heads  # the grid's split axis runs fastest
+                ax.add_patch(Rectangle((c + place * 0.9 / per_sm, r), 0.9 / per_sm, 0.9,
+                                       facecolor=KV_COLORS[kv % 10] if on else "white",
+                                       edgecolor="#AAAAAA", alpha=0.7 if on else 1))
         ax.set_xlim(-0.2, cols)
         ax.set_ylim(math.ceil(sms / cols) + 0.1, -0.2)
         ax.axis("off")
-        waves = programs / sms
-        ax.set_title(f"{'no split' if n_split == 1 else f'{n_split} splits'}: {batch} x {kv_heads} x {n_split} = "
-                     f"{programs} programs on {sms} SMs\n{busy} SMs busy" + (f", {waves:.1f} waves" if waves > 1 else
-                                                                          f", {sms - busy} idle"), fontsize=9.5)
-    fig.suptitle("batch 1, 8 KV heads: each square is an SM of an H200, coloured by the KV head its program reads",
-                 fontsize=10)
+        name = "no split" if n_split == 1 else f"{n_split} splits ({_k(context)} context)"
+        ax.set_title(f"{name}: {batch} x {kv_heads} x {n_split} = {programs} programs\n"
+                     + sm_fill_title(programs, sms, per_sm), fontsize=9.5)
+    fig.suptitle(f"batch {batch}, {kv_heads} KV heads: each square is an SM of an H200 with {per_sm} places, "
+                 "coloured by the KV head its program reads", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -345,7 +388,7 @@ def plot_split_merge(context=4096, n_splits=4):
 
 
 # --------------------------------------------------------------------------
-# Measured on the H200 (rows of python -m gqa_flash.lab.bench_decode)
+# Measured on a GPU (rows of python -m gqa_flash.lab.bench_decode, their gpu column)
 # --------------------------------------------------------------------------
 
 STYLES = {
@@ -393,8 +436,9 @@ def plot_decode_bandwidth(rows, batches=(1, 8, 64), timing="cuda_graph"):
             legend.setdefault(label, handle)
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 6), fontsize=8,
                frameon=False)
-    fig.suptitle("bf16, 32 query heads on 8 KV heads, head dim 128, one new token a sequence; "
-                 "bytes needed = K and V of every valid position", fontsize=10)
+    gpus = sorted({r["gpu"] for r in ok if r.get("gpu")})
+    fig.suptitle(f"{' and '.join(gpus) or 'GPU not recorded'}: bf16, 32 query heads on 8 KV heads, head dim 128, "
+                 "one new token a sequence;\nbytes needed = K and V of every valid position", fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
