@@ -70,7 +70,7 @@ def test_ceilings_are_returned_not_stored(tmp_path):
     assert 700 < committed.matmul_tflops < 900 and 3 < committed.copy_tbps < 6
 
     row = dict(provider="course_fast", head_dim="128", seq_len="4096", tflops="400", status="ok", batch="4",
-               q_heads="32", kv_heads="8", causal="True")
+               q_heads="32", kv_heads="8", causal="True", gpu="NVIDIA H200")
     fig, (a, b) = plt.subplots(1, 2)
     try:
         perf_plots.plot_throughput([row], a, 128, matmul_tflops=500.0)

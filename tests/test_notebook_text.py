@@ -10,6 +10,8 @@ file cited that the student edition does not ship.
 """
 
 import re
+import subprocess
+import sys
 
 import matplotlib
 import nbformat
@@ -17,23 +19,88 @@ import pytest
 
 from gqa_flash import decode_launch, layout
 from gqa_flash.grader import edition
-from gqa_flash.lab import decode_viz, results
+from gqa_flash.lab import decode_viz, perf_plots, results
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 COURSE = layout.COURSE_DIR
+NOTEBOOKS = sorted((COURSE / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+PUZZLE_NOTEBOOKS = ("03b_triton_primer",)  # its kernels are written in the notebook: its stored checks say FAIL
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+GPU_MODEL = re.compile(r"\b(?:GH|[ABHL])\d{2,3}\b")  # H100, H200, A100, GH200, L40...
+CITED = re.compile(r"source: \S+ \(topic (\w+), [\d-]+, ([^)]+)\)")  # results.cite()'s line
 
 
 def _read(name):
     return nbformat.read(COURSE / "notebooks" / f"{name}.ipynb", as_version=4)
 
 
+def _printed(cell) -> list[str]:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream").splitlines()
+
+
+@pytest.mark.parametrize("notebook", [p for p in NOTEBOOKS if p.stem not in PUZZLE_NOTEBOOKS], ids=lambda p: p.stem)
+def test_every_check_cell_shows_a_pass_and_no_fail_with_the_solutions(notebook):
+    """make test-browser reads each check cell as a student sees it: PASS alone with the solutions. A table in
+    a check cell reads as neither; tables belong in unchecked cells (nbval does not compare those)."""
+    nb = nbformat.read(notebook, as_version=4)
+    bad = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and cell.source.lstrip().startswith(CHECK_MARK):
+            lines = [line.strip() for line in _printed(cell)]
+            if not any(line.startswith("PASS") for line in lines) or any(line.startswith("FAIL") for line in lines):
+                bad.append(f"cell {i} prints:\n  " + "\n  ".join(lines[:6]))
+    assert not bad, f"{notebook.name}: check cells that do not show PASS alone:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_headings_over_measured_numbers_name_the_gpu_that_measured_them(notebook):
+    """A table that cites its file (results.cite: "..., NVIDIA H100 80GB HBM3)") sits under headings (the
+    title, its section, its subsection) that name no GPU or name that one: never an H200 title over H100 rows."""
+    nb = nbformat.read(notebook, as_version=4)
+    headings = {}  # level -> the latest heading of that level
+    wrong = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                m = re.match(r"(#{1,3}) ", line)
+                if m:
+                    level = len(m.group(1))
+                    headings = {k: v for k, v in headings.items() if k < level} | {level: line}
+            continue
+        for line in _printed(cell):
+            for topic, gpu in CITED.findall(line):
+                model = GPU_MODEL.search(gpu).group(0)
+                for heading in headings.values():
+                    named = set(GPU_MODEL.findall(heading))
+                    if named and model not in named:
+                        wrong.append(f"cell {i} prints {topic} ({gpu}) under {heading!r}")
+    assert not wrong, f"{notebook.name}:\n" + "\n".join(wrong)
+
+
 def _titles(fig) -> str:
     return " | ".join([fig._suptitle.get_text() if fig._suptitle else ""] + [ax.get_title() for ax in fig.axes])
 
 
-def test_the_decode_bandwidth_picture_names_the_gpu_of_its_rows():
+def test_every_performance_picture_names_the_gpu_of_its_rows():
+    row = dict(provider="course_fast", head_dim="128", seq_len="4096", tflops="400", status="ok", batch="4",
+               q_heads="32", kv_heads="8", causal="True", gpu="NVIDIA H100 80GB HBM3", peak_mem_mib="8.0")
+    fig, (a, b, c) = plt.subplots(1, 3)
+    try:
+        perf_plots.plot_roofline([row], a, matmul_tflops=500.0, copy_tbps=2.5)
+        perf_plots.plot_throughput([row], b, 128, matmul_tflops=500.0)
+        memory_row = {k: v for k, v in row.items() if k != "gpu"}  # the memory sweep's CSV has no gpu column
+        perf_plots.plot_memory([memory_row], c, gpu="NVIDIA H100 80GB HBM3")
+        for ax in (a, b, c):
+            assert "H100" in ax.get_title() and "H200" not in ax.get_title(), ax.get_title()
+        with pytest.raises(ValueError, match="pass gpu="):
+            perf_plots.plot_memory([memory_row], c)  # a picture without its GPU is refused
+        with pytest.raises(ValueError, match="measured on"):
+            perf_plots.plot_throughput([row, dict(row, gpu="NVIDIA H200")], b, 128, matmul_tflops=500.0)
+    finally:
+        plt.close(fig)
+    assert perf_plots.gpu("memory") == results.entry("memory")["gpu"]
     decode = results.load("decode_public_api")
     fig = decode_viz.plot_decode_bandwidth(decode)
     try:
@@ -78,7 +145,7 @@ def _ships(path: str) -> bool:
     return not path.startswith(edition.LEFT_OUT) and (path.startswith(edition.SHIPPED) or path in edition.EDITION_TESTS)
 
 
-@pytest.mark.parametrize("name", ["07_decoding"])
+@pytest.mark.parametrize("name", ["05_performance", "07_decoding"])
 def test_a_notebook_cites_only_files_the_student_has(name):
     """A path in a notebook's text or code is one the student edition ships (bench/record/, the exploration
     and probe scripts stay with the instructor): the course's record is cited by what the student has."""
@@ -91,3 +158,35 @@ def test_a_notebook_cites_only_files_the_student_has(name):
     left_out = sorted(p for p in cited if not _ships(p))
     assert not missing, f"{name} cites paths that do not exist: {missing}"
     assert not left_out, f"{name} cites files the student edition does not ship: {left_out}"
+
+
+def test_notebook_05_gives_a_laptop_a_path_and_keeps_the_record_in_the_docs():
+    nb = _read("05_performance")
+    intro = nb.cells[0].source
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    sections = sorted(set(re.findall(r"^## (\d)\.", markdown, re.M)))
+    assert sections == [str(n) for n in range(1, 7)], sections
+    path = [line for line in intro.splitlines() if line.startswith("| ")]
+    assert path, "notebook 05 opens with a table: what a student on a laptop reads, skips and runs"
+    for n in sections:
+        assert any(re.search(rf"\b{n}\. ", line) for line in path), f"the path names no part of section {n}"
+    assert any("GPU" in line and line.lstrip("| ").startswith("6.") for line in path), "say that section 6 needs a GPU"
+    assert "docs/performance.md" in intro
+    # The record (every fixed tile, every Gluon step) is in the docs; the notebook prints none of those files.
+    record_topics = ("fast_forward_tiles", "forward_first", "fast_subtiles", "lazy_rescaling",
+                     "hopper_forward_one_program_a_tile", "hopper_forward_persistent", "hopper_forward_variants",
+                     "hopper_forward_split_release")
+    printed = {topic for c in nb.cells if c.cell_type == "code" for line in _printed(c)
+               for topic, _ in CITED.findall(line)}
+    assert not printed & set(record_topics), sorted(printed & set(record_topics))
+    docs = (COURSE / "docs" / "performance.md").read_text()
+    record = docs[docs.index("## Notebook 05's record"):]
+    for topic in record_topics:
+        assert results.path(topic).name in record, f"docs/performance.md's record has no table of {topic}"
+
+
+def test_notebook_05_and_its_record_are_what_the_generator_writes():
+    done = subprocess.run([sys.executable, str(COURSE / "tools" / "make_performance_notebook.py"), "--check"],
+                          cwd=COURSE, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "are what tools/make_performance_notebook.py writes" in done.stdout, (
+        done.stdout + done.stderr)

@@ -1,10 +1,16 @@
-"""Write notebooks/05_performance.ipynb (then run it with the solutions to store its outputs).
+"""Write notebooks/05_performance.ipynb and its record in docs/performance.md (then run the notebook with the
+solutions to store its outputs).
 
     .venv/bin/python tools/make_performance_notebook.py
     GQA_FLASH_IMPL=solutions .venv/bin/jupyter nbconvert --to notebook --execute --inplace \
         --ExecutePreprocessor.record_timing=False notebooks/05_performance.ipynb
 
-(record_timing=False keeps nbconvert's timestamps out of the cells' metadata.)
+(record_timing=False keeps nbconvert's timestamps out of the cells' metadata.) With ``--check`` it writes
+nothing and fails when the notebook's cells or the record differ from what it would write.
+
+The notebook is a lesson, readable on a laptop; the tables behind section 5 (every fixed tile, every step of
+the Gluon kernel) are a lab's record, and go to the section of docs/performance.md between the markers of
+tools/performance_notebook_record.py.
 
 The measurements are files in notebooks/data/, listed by topic in notebooks/data/INDEX.csv (what, command,
 date, GPU) and discussed in bench/RESULTS.md. This script and its notebook ask gqa_flash.lab.results for a
@@ -12,27 +18,32 @@ topic, never for a file name. The narrative's numbers are computed below from th
 names its file, and asserts check the words around the numbers: a run that changes the story stops here.
 """
 
+import sys
 import textwrap
 from pathlib import Path
 
 import nbformat as nbf
 
+import performance_notebook_fast as fast_section  # tools/: the fast kernel's changes and what they bought
 import performance_notebook_hopper as hopper_section  # tools/: the Gluon kernel's subsection
 import performance_notebook_phases as phases_section  # tools/: the two-phase causal loop's subsection
+import performance_notebook_record as record  # tools/: the tables behind section 5, for docs/performance.md
 import performance_notebook_traffic as traffic_section  # tools/: the launch-order exercise's cells
+from performance_notebook_fast import explore_table
 from gqa_flash.lab import perf_plots as pp
 from gqa_flash.lab import results
 
 # The topics this notebook reads (notebooks/data/INDEX.csv), in the order it reads them.
 TOPICS = ("forward_main", "forward_main_fast_shipped", "forward_other_shapes", "memory", "ceilings",
-          "graded_tiles") + phases_section.TOPICS + ("fast_forward_tiles", "forward_first", "fast_subtiles",
-                                                     "lazy_rescaling", "environment", "launch_order_traffic")
+          "graded_tiles") + phases_section.TOPICS + fast_section.TOPICS + ("environment", "launch_order_traffic")
+MAIN_TOPICS = TOPICS  # sections 1 to 5 up to the Gluon kernel: one GPU, which the text names
 TOPICS += hopper_section.TOPICS
 problems = results.unindexed()
 assert not problems, "notebooks/data and INDEX.csv disagree:\n" + "\n".join(problems)
 FILE = {topic: results.path(topic).name for topic in TOPICS}  # a KeyError names a topic missing from the index
 TOPICS_CODE = "(" + textwrap.fill(", ".join(f'"{t}"' for t in TOPICS), width=104, initial_indent=" " * 14,
                                   subsequent_indent=" " * 14, break_on_hyphens=False).lstrip() + ")"
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_performance.ipynb"
 
 
 def bench_values(topic, provider, d=None, n=None, column="ratio_to_sdpa_default"):
@@ -41,14 +52,12 @@ def bench_values(topic, provider, d=None, n=None, column="ratio_to_sdpa_default"
             and (d is None or int(r["head_dim"]) == d) and (n is None or int(r["seq_len"]) == n)]
 
 
-def explore_table(topic, kind="fwd", column="ratio"):
-    """A `bench/explore_*.py` CSV as {(provider, head_dim, N): value}."""
-    return {(r["provider"], int(r["d"]), int(r["n"])): float(r[column])
-            for r in results.load(topic) if r.get("kind", "fwd") == kind}
-
-
+# The GPUs: sections 1 to 5 on one (the text names it, and its short name, "H200"), the Gluon kernel on another.
+GPU = {topic: pp.gpu(topic) for topic in TOPICS}
+assert {GPU[t] for t in MAIN_TOPICS} == {phases_section.H200}, {t: GPU[t] for t in MAIN_TOPICS}
+assert {GPU[t] for t in hopper_section.TOPICS} == {hopper_section.H100}
 # The numbers the narrative quotes, each from the topic named beside it.
-NUM = {}
+NUM = {"gpu_main": phases_section.H200}
 main = "forward_main"
 NUM["g64"], NUM["g128"] = (results.span(bench_values(main, "course_graded", d)) for d in (64, 128))
 NUM["f64"], NUM["f128"] = (results.span(bench_values(main, "course_fast", d)) for d in (64, 128))
@@ -99,42 +108,8 @@ for bm in (64, 128):
 assert tiles_tf[("graded_64x64_w4_s3", 128, 16384)] > float(NUM["bound64"]), "the text says the 64x64 star is above"
 assert tiles_tf[("graded_128x128_w8_s3", 128, 16384)] < float(NUM["bound128"]), "the text says 128x128 is below"
 
-first = {(int(r["head_dim"]), int(r["seq_len"])): float(r["ratio_to_sdpa_default"])
-         for r in results.load("forward_first") if r["provider"] == "course_fast"}
-fast = explore_table("fast_forward_tiles")
-NUM["desc_first"], NUM["desc_host"] = results.two(first[(64, 1024)]), results.two(fast[("fast_autotuned", 64, 1024)])
-ws = [fast[(f"fast_128x128_w8_s{s}_ws", 128, n)] / fast[(f"fast_128x128_w8_s{s}", 128, n)] - 1
-      for s in (2, 3) for n in (1024, 4096, 16384)]
-assert min(ws) > -0.005, ws
-NUM["ws"] = results.span([100 * x for x in ws], "{:.0f}")
-sub = explore_table("fast_subtiles")
-NUM["sub256"] = results.two(sub[("fast_256x64_w8_s3_sub2", 128, 16384)])
-NUM["plain128"] = results.two(sub[("fast_128x128_w8_s3", 128, 16384)])
-NUM["sub128"] = results.two(sub[("fast_128x64_w4_s3_sub2", 64, 16384)])
-assert max(v for (p, dd, nn), v in sub.items() if dd == 128 and nn == 16384 and "sub2" not in p
-           and p.startswith("fast_1")) == sub[("fast_128x128_w8_s3", 128, 16384)], "128x128 is the best plain tile"
-ws_sub = [sub[("fast_256x64_w8_s3_ws_sub2", dd, nn)] - sub[("fast_256x64_w8_s3_sub2", dd, nn)]
-          for dd in (64, 128) for nn in (1024, 4096, 16384)]
-assert sum(abs(x) < 0.005 for x in ws_sub) == 5, ws_sub
-NUM["ws_sub_loss"] = f"{-100 * min(ws_sub) / sub[('fast_256x64_w8_s3_sub2', 128, 16384)]:.0f}"
-lazy = explore_table("lazy_rescaling")
-NUM["early"] = results.two(lazy[("fast_256x64_w8_s3_sub2", 128, 16384)])
-NUM["nosplit128"], NUM["nosplit64"] = (results.two(lazy[("fast_256x64_w8_s3", dd, 16384)]) for dd in (128, 64))
-plain = ("fast_128x128_w8_s3", "fast_128x64_w8_s3")  # the best 128-row tiles of that run
-NUM["best128"], NUM["best64"] = (results.two(max(lazy[(p, dd, 16384)] for p in plain)) for dd in (128, 64))
-
-
-def lazy_loss(names):
-    return results.span([100 * (1 - lazy[(p + "_lazy", dd, nn)] / lazy[(p, dd, nn)])
-                 for p in names for dd in (64, 128) for nn in (1024, 4096, 16384)], "{:.0f}")
-
-
-NUM["lazy_plain"] = lazy_loss(("fast_128x128_w8_s3", "fast_128x64_w8_s3"))
-NUM["lazy_sub"] = lazy_loss(("fast_256x64_w8_s3_sub2", "fast_128x64_w4_s3_sub2"))
-
-
 NUM["order_bytes"] = traffic_section.NUM["ratio_span"]
-for section in (traffic_section, phases_section, hopper_section):  # their numbers go in by the same fill()
+for section in (traffic_section, phases_section, fast_section, hopper_section):  # their numbers, by fill()
     clash = NUM.keys() & section.NUM.keys()
     assert not clash, f"{section.__name__} and this script both name {sorted(clash)}"
     NUM.update(section.NUM)
@@ -154,29 +129,48 @@ md = lambda s: nbf.v4.new_markdown_cell(fill(s.strip()))  # noqa: E731
 code = lambda s: nbf.v4.new_code_cell(s.strip())  # noqa: E731
 cells = []
 cells.append(md(r"""
-# 05 · Making it fast: measuring the kernel on an H200
+# 05 · Making it fast: measuring the kernel on a GPU
 
-Your kernel from notebook 04 is correct. Is it fast? This notebook answers with numbers measured
-on an NVIDIA H200, each kernel beside PyTorch's own attention timed in the same run on the same inputs:
+Your kernel from notebook 04 is correct. Is it fast? This notebook answers with numbers measured on an
+<<gpu_main>>, each kernel beside PyTorch's own attention timed in the same run on the same inputs. (One
+optional subsection of section 5, on a kernel written for Hopper GPUs, was measured on an <<hopper_gpu>>;
+every table names its file and the GPU it ran on.)
 
 1. **Two numbers first**: how much arithmetic attention does, and how few bytes it must move.
    Their ratio says which of the GPU's two ceilings (matrix math or memory) could limit a kernel.
-2. **The roofline** of the H200, where each kernel lands on it, and how many bytes a kernel really moves;
+2. **The roofline** of the GPU, where each kernel lands on it, and how many bytes a kernel really moves;
    then a practice exercise: a small model of L2 that predicts the DRAM bytes of two launch orders, set
-   beside what the H200 measured.
+   beside what the GPU measured.
 3. **The measured curves**: TFLOP/s against sequence length for the course's kernels, cuDNN and
    FlashAttention-2; other shapes (MHA, MQA, non-causal, fp16, head_dim 96 and 256); and where
    FlashAttention-2, FlashAttention-3 and cuDNN stand.
 4. **Memory**: O(N) for FlashAttention against O(N²) for the naive version, until it runs out.
-5. **What each optimisation bought**: tile shapes, warps and pipeline stages; then the
-   separate fast kernel (`gqa_flash/fast/forward.py`), one change at a time.
+5. **What each optimisation bought**: tile shapes, warps and pipeline stages, and the causal loop's two
+   phases, all choices of your kernel; then the separate fast kernel (`gqa_flash/fast/forward.py`), its
+   six changes and what each bought.
 6. A **live run** of the benchmark, when this machine has a GPU.
 
-The measurements are files in `notebooks/data/`, made on the GPU by `python -m gqa_flash.lab.bench` and
-the scripts in `bench/`, so this notebook runs the same on a laptop: only section 6 needs a GPU. One
+### On a laptop: a path through this notebook
+
+Every cell runs on a CPU. The tables and pictures read measurements committed in `notebooks/data/`, and
+nothing is timed unless the machine has a GPU. Nothing in this notebook is graded. What to read first, and
+what to leave for later:
+
+| part | on a first read | on a CPU |
+| --- | --- | --- |
+| 1. FLOPs and bytes; 2. the roofline | read it all: the two numbers every later section uses | runs |
+| 2. exercise: `gqa_flash/traffic.py` | optional practice, not graded: a model of L2 in plain Python | write it and check it here, in seconds |
+| 3. throughput; 4. memory | read it all: your kernel against PyTorch's, and why FlashAttention fits where naive attention does not | runs |
+| 5. tiles, warps, stages; the two-phase loop | read: both are choices your kernel of notebook 04 makes | runs |
+| 5. the fast kernel | read its six changes and the table of what each bought | runs |
+| 5. warp specialisation on Hopper | skip: optional, one level below Triton, measured on another GPU | runs (a picture and one table) |
+| 6. a live run | skip | prints one line: it needs a GPU |
+
+The measurements were made on the GPU by `python -m gqa_flash.lab.bench` and the scripts in `bench/`. One
 index, `notebooks/data/INDEX.csv`, lists every file by topic with what was measured, the command that
 made it, the date and the GPU; the notebook asks `gqa_flash.lab.results` for a topic, and every table
-prints the file it comes from. `bench/RESULTS.md` discusses all of them.
+prints the file it comes from. `bench/RESULTS.md` discusses all of them, and `docs/performance.md` keeps
+the full record behind section 5, every table of it.
 """))
 cells.append(code(f"""
 import matplotlib.pyplot as plt
@@ -191,13 +185,9 @@ extra = results.load("forward_other_shapes")  # MHA, MQA, non-causal, fp16, head
 memory = results.load("memory")  # peak memory of one forward call
 matmul_tflops, copy_tbps = pp.read_ceilings(results.path("ceilings"))  # the roofline's two ceilings
 graded_tiles = results.load("graded_tiles")  # the graded kernel at fixed tiles
-fast_tiles = [r for r in results.load("fast_forward_tiles") if r["kind"] == "fwd"]  # the fast kernel at fixed tiles
-first_fast = results.load("forward_first")  # the first fast kernel: descriptors made inside the kernel
-subtiles = results.load("fast_subtiles")  # two query sub-tiles a program
-lazy = results.load("lazy_rescaling")  # the first sub-tiles, and lazy rescaling (tried, removed)
-print("topics read here, and their files in notebooks/data/ (INDEX.csv):")
+print("topics cited here, and their files in notebooks/data/ (INDEX.csv):")
 for topic in {TOPICS_CODE}:
-    print(f"  {{topic:33s}} {{results.path(topic).name}}")
+    print(f"  {{topic:33s}} {{results.path(topic).name:48s}} {{results.entry(topic)['gpu']}}")
 r = bench[0]
 print(f"main sweep: {{r['date']}} on {{r['gpu']}} (driver {{r['driver']}}), torch {{r['torch']}}, triton {{r['triton']}}")
 """))
@@ -222,7 +212,7 @@ for n in (1024, 4096, 16384):
     print(f"N={n:6d}: {flops / 1e12:6.2f} TFLOP, {bytes_ / 2**20:6.1f} MiB moved at least, "
           f"{flops / bytes_:6.0f} FLOP per byte")
 ridge = matmul_tflops / copy_tbps
-print(f"H200 ridge point: {matmul_tflops:.0f} TFLOP/s / {copy_tbps} TB/s = {ridge:.0f} FLOP per byte")
+print(f"{pp.gpu('ceilings')} ridge point: {matmul_tflops:.0f} TFLOP/s / {copy_tbps} TB/s = {ridge:.0f} FLOP per byte")
 print(results.cite("ceilings"))
 """))
 cells.append(md(r"""
@@ -326,7 +316,7 @@ beforehand), and the kernel stays at <<d256>>×.
 """))
 cells.append(code(r"""
 fig, ax = plt.subplots(figsize=(7, 4.5))
-pp.plot_memory(memory, ax)
+pp.plot_memory(memory, ax, gpu=pp.gpu("memory"))
 ax.legend(fontsize=8, loc="upper left")
 plt.show()
 print(results.cite("memory"))
@@ -387,146 +377,7 @@ Two lessons. First, **8 warps** for a 128-row tile: with 4 warps each warp holds
 kernel's launcher hands a short list of candidates to `triton.autotune` on a GPU.
 """))
 cells += phases_section.cells(md, code)  # the key loop's two phases, and the experiment that merged them
-cells.append(md(r"""
-### The fast kernel, one change at a time
-
-`gqa_flash/fast/forward.py` keeps the maths of the graded kernel and changes how it runs on the GPU:
-
-1. **Tensor descriptors and the TMA**: on Hopper, the Tensor Memory Accelerator (TMA) is a unit on each
-   SM that moves whole tiles between global and shared memory asynchronously, given a descriptor of the
-   tensor (its shape and strides). It pads ragged tails with zeros, instead of every thread computing
-   addresses and issuing its own loads. (It is not one of the GPU's copy engines: those are DMA units
-   for copies between host and device memory.)
-2. **Launch order**: the heaviest causal tiles (the last query blocks, which see the most keys) run first,
-   and the query heads of one KV group run back to back, meant to share their K/V tiles through L2.
-   Section 2 measured that this order reads <<order_bytes>>× the DRAM bytes of the head-major order at the
-   main shape, in the same time: the sharing did not help there; heaviest-first is what the order buys.
-3. **One fused multiply-add per score**, and `tl.dot(p, v, acc)` accumulating in place.
-4. **Descriptors built once on the host** and passed to the kernel. The first version built them inside
-   the kernel (`tl.make_tensor_descriptor`), which costs every program a write to global memory and a
-   fence before its first load: thousands of programs at N = 1024.
-5. **A warp-specialised key loop** (`tl.range(..., warp_specialize=True)`): Triton splits the loop
-   into warps that only load and warps that only compute. On Hopper with Triton 3.6 it compiled only
-   with 8 warps, and measured within the noise, so it was taken out of the kernel (`bench/RESULTS.md`).
-6. **Two query sub-tiles a program** (a software "ping-pong"): each program owns two halves of its query
-   rows that share every K/V tile. Both halves' score products are issued before either softmax, so the
-   tensor cores work on one half while the exponential units work on the other. On the causal diagonal
-   the first half stops at its own last row and the second finishes alone (the picture, left). On the
-   diagonal steps the halves share, only the first needs the mask: the second's rows all come later.
-"""))
-cells.append(code(r"""
-from gqa_flash.lab import kernel_viz
-
-kernel_viz.plot_pingpong()
-plt.show()
-"""))
-cells.append(md(r"""
-On Hopper a matrix product is an asynchronous instruction: a warp can start the next one, or the
-exponentials, before the last has finished. With one tile of rows every step waits on the one before
-(the scores feed the softmax, the softmax feeds $PV$); two independent halves give the hardware
-something to do while it waits (the picture, right, is the idealised schedule; how much really overlaps
-is for the measurements to say).
-
-### Comparing files
-
-The tables below come from several files, each a separate call to a GPU. A ratio compares two kernels
-timed in the same run; between runs the machine itself changes (its clocks, or another H200 of the same
-kind). Here is SDPA's own speed at head_dim 128, N = 16k, in each file that timed it:
-"""))
-cells.append(code(r"""
-def sdpa_tflops(rows, d=128, n=16384):
-    for r in rows:
-        if (r["provider"] == "sdpa_default" and r.get("kind", "fwd") == "fwd"
-                and int(r.get("head_dim", r.get("d"))) == d and int(r.get("seq_len", r.get("n"))) == n):
-            return float(r["tflops"])
-
-speeds = {}
-for topic in ("forward_main", "forward_main_fast_shipped", "forward_first", "graded_tiles", "fast_forward_tiles",
-              "fast_subtiles", "lazy_rescaling"):
-    speeds[topic] = sdpa_tflops(results.load(topic))
-    print(f"{topic:26s} {results.path(topic).name:48s} {speeds[topic]:6.1f} TFLOP/s")
-print(f"spread: {max(speeds.values()) / min(speeds.values()) - 1:.0%}")
-"""))
-cells.append(md(r"""
-So compare ratios within one table, and read differences of a few hundredths between tables as noise.
-
-Changes 1–4 came together. What building the descriptors on the host bought shows when the first
-version of the fast kernel, which made them inside the kernel (the first main sweep,
-<<file:forward_first>>), is set beside the kernel with descriptors built on the host
-(<<file:fast_forward_tiles>>, a `bench/explore_fast.py` run of the graded and fast kernels, autotuned
-and at fixed tiles); each column is a ratio to SDPA in its own file. Then, from the second file, the
-fast kernel at fixed tiles with and without the warp-specialised loop (`_ws`), side by side.
-"""))
-cells.append(code(r"""
-first = {(int(r["head_dim"]), int(r["seq_len"])): float(r["ratio_to_sdpa_default"])
-         for r in first_fast if r["provider"] == "course_fast"}
-later = {(r["provider"], int(r["d"]), int(r["n"])): float(r["ratio"]) for r in fast_tiles}
-shapes = sorted({(int(r["d"]), int(r["n"])) for r in fast_tiles})
-print(results.cite("forward_first"), "(column: fast, in-kernel desc.)")
-print(results.cite("fast_forward_tiles"), "(the other columns, and the table below)")
-print(f"{'D':>4s} {'N':>6s} {'graded':>8s} {'fast, in-kernel desc.':>22s} {'fast, host desc.':>17s}")
-for d, n in shapes:
-    print(f"{d:4d} {n:6d} {results.two(later[('graded_autotuned', d, n)]):>8s} {results.two(first[(d, n)]):>22s} "
-          f"{results.two(later[('fast_autotuned', d, n)]):>17s}")
-
-print()
-names = sorted({p for p, d, n in later if p.startswith("fast_1")}, key=lambda p: (p.replace("_ws", ""), p))
-print(f"{'fast kernel, fixed tile':24s} " + " ".join(f"{f'D{d} N{n}':>11s}" for d, n in shapes))
-for p in names:
-    print(f"{p[5:]:24s} " + " ".join(f"{results.two(later.get((p, d, n), float('nan'))):>11s}" for d, n in shapes))
-"""))
-cells.append(md(r"""
-Change 6, from <<file:fast_subtiles>> (a run of sub-tile shapes, with the first half leaving the
-diagonal early): the fast kernel at fixed tiles, plain (`sub1`) and split into two query sub-tiles
-(`sub2`). Then, from <<file:lazy_rescaling>>, a run of the first version of the sub-tiles (both halves
-walk the whole diagonal), of a 256-row tile without the split, and of the idea that did not work, lazy
-rescaling, beside the same tiles without it. That file has its own SDPA baseline, so its plain tiles'
-ratios differ a little from the first table's.
-"""))
-cells.append(code(r"""
-def fixed_tile_table(rows, names):
-    ratio = {(r["provider"], int(r["d"]), int(r["n"])): float(r["ratio"]) for r in rows}
-    shapes = sorted({(d, n) for _, d, n in ratio})
-    print(f"{'fast kernel, fixed tile':28s} " + " ".join(f"{f'D{d} N{n}':>11s}" for d, n in shapes))
-    for p in names:
-        label = p[5:] if "sub2" in p or "lazy" in p else p[5:] + "_sub1"
-        print(f"{label:28s} " + " ".join(f"{results.two(ratio.get((p, d, n), float('nan'))):>11s}" for d, n in shapes))
-
-print(results.cite("fast_subtiles"))
-fixed_tile_table(subtiles, ["fast_128x128_w8_s3", "fast_128x64_w8_s3", "fast_64x64_w4_s3",
-                            "fast_256x64_w8_s3_sub2", "fast_256x64_w8_s3_ws_sub2", "fast_128x64_w4_s3_sub2",
-                            "fast_128x64_w4_s2_sub2"])
-print()
-print(results.cite("lazy_rescaling"))
-fixed_tile_table(lazy, ["fast_128x128_w8_s3", "fast_128x128_w8_s3_lazy", "fast_128x64_w8_s3",
-                        "fast_128x64_w8_s3_lazy", "fast_256x64_w8_s3", "fast_256x64_w8_s3_sub2",
-                        "fast_256x64_w8_s3_sub2_lazy", "fast_128x64_w4_s3_sub2", "fast_128x64_w4_s3_sub2_lazy"])
-"""))
-cells.append(md(r"""
-Descriptors made on the host fixed the short sequences (<<desc_first>>× to <<desc_host>>× at head_dim
-64, N = 1024): the cost was per program, and a short sequence is many short programs. The
-warp-specialised loop made the fixed tiles <<ws>>% faster at head_dim 128, about the size of the noise.
-
-**Two query sub-tiles** is the change that closed most of the gap (<<file:fast_subtiles>>): at head_dim
-128 and N = 16k, 256×64 tiles split in two 128-row halves reach <<sub256>>× of cuDNN, against
-<<plain128>>× for the best plain tile (128×128) in the same run; at head_dim 64, 128×64 tiles split in
-two 64-row halves on 4 warps reach <<sub128>>×. Two details matter. Each half should fill whole warp
-groups (a Hopper `wgmma` instruction works on 64 rows per group of 4 warps), so 64-row halves go with 4
-warps and 128-row halves with 8. And on the diagonal the first half must stop at its own last row (it
-sees no later key): in the first version, where both halves walked the whole masked diagonal, the
-256×64 tile reached only <<early>>× at head_dim 128, N = 16k (<<file:lazy_rescaling>>). In that same
-file a 256-row tile without the split is no faster than the best 128-row tile (<<nosplit128>> against
-<<best128>> at head_dim 128, 16k; <<nosplit64>> against <<best64>> at 64): the win is the overlap, not
-the size. The warp-specialised loop on top of the halves changes nothing at five of six points and
-loses <<ws_sub_loss>>% at the sixth.
-
-**Lazy rescaling** (keep the running maximum until it grows by more than $2^8$, so most tiles skip
-`acc *= alpha`) was *slower* everywhere (<<file:lazy_rescaling>>): by <<lazy_plain>>% on plain tiles
-and <<lazy_sub>>% on split ones. The skipped multiply is cheap, and the branch around the accumulator
-probably keeps Triton from pipelining the loop (a reading of the code, not checked in the compiled
-kernel). It is not in the kernel. `bench/RESULTS.md` discusses every
-measurement, with the prediction written down before it where there was one.
-"""))
+cells += fast_section.cells(md, code)  # the six changes, the ping-pong picture, what each bought
 cells += hopper_section.cells(md, code)  # the Gluon kernel on Hopper: roles, rings, and what each step bought
 cells.append(md(r"""
 ## 6. A live run
@@ -547,20 +398,23 @@ if runtime.DEVICE.type == "cuda":
                   ["course_graded", "course_fast", "sdpa_default", "sdpa_flash"], live_csv)
     print(f"written to {live_csv}")
 else:
-    print("No GPU here: the numbers above are the H200's. Run `python -m gqa_flash.lab.bench` on a GPU for your own.")
+    print("No GPU here: every number above comes from notebooks/data, and each table names its GPU. "
+          "Run `python -m gqa_flash.lab.bench` on a GPU for your own.")
 """))
 cells.append(md(r"""
 ## Check
 
 The benchmark checks every provider's output against SDPA before it times it. This cell confirms that
-every timed row of the main sweep and of the other shapes was checked and correct.
+every timed row of the three sweeps whose tables this notebook prints (the main sweep, the other shapes,
+and the fast kernel through its public function on the <<hopper_short>>) was checked and correct.
 """))
 cells.append(code(r"""
 # NBVAL_CHECK_OUTPUT
-rows = bench + extra
+sweeps = ("forward_main", "forward_other_shapes", "forward_main_h100_gluon_route")
+rows = [r for topic in sweeps for r in results.load(topic)]
 wrong = [r for r in rows if r["status"] == "wrong result"]
 course = [r for r in rows if r["provider"].startswith("course_")]
-print("PASS: every course-kernel row was checked against SDPA before timing"
+print(f"PASS: every course-kernel row of the {len(sweeps)} sweeps printed above was checked against SDPA before timing"
       if course and not wrong and all(r["status"] == "ok" for r in course) else "FAIL: a timed row was not correct")
 """))
 for i, c in enumerate(cells):
@@ -568,4 +422,28 @@ for i, c in enumerate(cells):
 nb = nbf.v4.new_notebook()
 nb["cells"] = cells
 nb["metadata"]["kernelspec"] = {"display_name": "Python 3 (gqa-flash)", "language": "python", "name": "python3"}
-nbf.write(nb, str(Path(__file__).resolve().parent.parent / "notebooks" / "05_performance.ipynb"))
+docs = record.updated(record.DOCS.read_text(), record.section(fill, hopper_section))
+
+
+def stale() -> list[str]:
+    """The files that differ from what this script writes: the notebook's cells (their outputs aside) and
+    docs/performance.md."""
+    written = nbf.read(str(NOTEBOOK), as_version=4)
+    out = []
+    if [(c.cell_type, c.get("id"), c.source) for c in written.cells] != [(c.cell_type, c.id, c.source) for c in cells]:
+        out.append(str(NOTEBOOK.relative_to(NOTEBOOK.parents[1])))
+    if record.DOCS.read_text() != docs:
+        out.append(str(record.DOCS.relative_to(NOTEBOOK.parents[1])))
+    return out
+
+
+if __name__ == "__main__":
+    if "--check" in sys.argv[1:]:
+        if stale():
+            sys.exit(f"out of date with tools/make_performance_notebook.py: {', '.join(stale())}; run it, then "
+                     "execute the notebook as its docstring says")
+        print("notebooks/05_performance.ipynb and docs/performance.md are what tools/make_performance_notebook.py "
+              "writes")
+    else:
+        nbf.write(nb, str(NOTEBOOK))
+        record.DOCS.write_text(docs)

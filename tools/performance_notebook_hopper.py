@@ -1,7 +1,9 @@
-"""Notebook 05's last subsection of section 5: the Gluon forward on Hopper (tools/make_performance_notebook.py).
+"""Notebook 05's last subsection of section 5, optional: the Gluon forward on Hopper (tools/make_performance_notebook.py).
 
 Its numbers come from the H100 runs of bench/explore_hopper.py and the public sweep after the route, read by
-topic; the asserts below check the words around them, so a run that changes the story stops here.
+topic; the asserts below check the words around them, so a run that changes the story stops here. The notebook
+gets the ideas, a picture, one summary table and the kernel as users call it; the ratios of every step at both
+head dims and the detailed account (:data:`DETAIL`) go to docs/performance.md (performance_notebook_record.py).
 """
 from gqa_flash.lab import results
 
@@ -11,6 +13,7 @@ NUM = {}
 
 # The Gluon kernel on Hopper (section 5's last subsection): one H100 run a step, bench/explore_hopper.py.
 H100 = NUM["hopper_gpu"] = "NVIDIA H100 80GB HBM3"
+NUM["hopper_short"] = H100.split()[1]  # "H100", for headings
 HOPPER = ("hopper_forward_one_program_a_tile", "hopper_forward_persistent", "hopper_forward_variants",
           "hopper_forward_split_release")
 for topic in HOPPER + ("forward_main_h100_gluon_route",):
@@ -36,6 +39,7 @@ def change(new, old, ns=None):
 one, per, var, rel = HOPPER
 assert all(hopper(one, "gluon", d)[n] < hopper(one, "course_fast", d)[n] for d in (64, 128)
            for n in hopper(one, "gluon", d)), "the text says the first version was behind everywhere"
+NUM["behind1"] = change(hopper(one, "gluon", 128), hopper(one, "course_fast", 128))
 NUM["persist1k128"], NUM["persist1k64"] = (change(hopper(per, "gluon", d), hopper(per, "gluon_one_tile", d), {1024})
                                            for d in (128, 64))
 NUM["persist16k"] = change({(d, 0): hopper(per, "gluon", d)[16384] for d in (64, 128)},
@@ -59,9 +63,12 @@ assert all(r["tiles"].startswith("gluon") == (int(r["head_dim"]) == 128) for r i
 
 
 ROLES_AND_RINGS = r"""
-### Warp specialisation on Hopper: a loader, two consumers, and who waits for whom
+### Optional, for Hopper owners: warp specialisation by hand, measured on an <<hopper_short>>
 
-Everything above is Triton: you write what one program computes, and the compiler decides where each load
+*Skip this subsection on a first read, and on a laptop: it goes one level below Triton, and its numbers come
+from another GPU, an <<hopper_gpu>>. Section 6 follows it.*
+
+**A loader, two consumers, and who waits for whom.** Everything above is Triton: you write what one program computes, and the compiler decides where each load
 and each product is waited for. Read in the compiled kernels (`bench/RESULTS.md`, "Open"), its rule on
 Hopper is strict: a product that does not accumulate across the loop, such as the scores $S = QK^\top$, is
 waited for right after it is issued, by a wait with `pendings = 0`, and such a wait waits for *every*
@@ -71,9 +78,9 @@ behind the other's products.
 
 **Gluon** (`triton.experimental.gluon`, Triton's lower-level dialect) has you write what the compiler
 decided. On an H100 with Triton 3.6 the fast forward hands causal calls at head dims 65–128 from
-$N$ = 1k to a kernel written in it, `gqa_flash/fast/hopper_forward.py`, arranged as FlashAttention-3 is
-(everywhere else `forward.py`'s Triton kernel runs, an H200 too until the Gluon kernel is timed and
-tested there). What it says that Triton could not be told:
+$N$ = 1k to a kernel written in it, `gqa_flash/fast/hopper_forward.py`, arranged as FlashAttention-3 is.
+Everywhere else, an H200 included, `forward.py`'s Triton kernel runs: the Gluon kernel was timed and tested
+on the H100 only. What it says that Triton could not be told:
 
 - **Roles** (`gl.warp_specialize`): a *loader* of one warp that only issues TMA copies of K and V tiles,
   and two *consumer* warpgroups of 4 warps (the unit one `wgmma` works on), each owning 64 query rows:
@@ -125,24 +132,32 @@ products, its own $PV$ and the other consumer's $S$ and $PV$. The two consumers 
 turns: in the picture they drift a product or two apart because they share the tensor cores from the
 first product on. (On the GPU that interleaving is the hardware's business.)
 
-Each step below was one device call on an **<<hopper_gpu>>** (the files' `gpu` column, not the H200 of
-the rest of this notebook), with the same method: bf16, causal, 32 query heads on 8 KV heads, 16k tokens
-a launch, 5 interleaved rounds, every variant checked first against float64. Each value is a ratio to
-SDPA's default in that step's own run, with the Triton fast kernel of the same run beside it: compare
-within a step, and between steps trust only differences of more than a few hundredths. The Gluon kernel
-uses 128-key tiles; before step 4 K and V shared 2 slots at head_dim 128 and 3 at 64; step 4's kept
-kernel has K in 3 slots and V in 2 (3 at 64).
+**Four steps, each predicted before it ran.** The kernel was built in four steps, each one device call on
+an **<<hopper_gpu>>** (the files' `gpu` column): bf16, causal, 32 query heads on 8 KV heads, 16k tokens
+a launch, 5 interleaved rounds, every variant checked first against float64, and the Triton fast kernel
+timed in the same run. Each measured entry is a change in the ratio to SDPA's default at $N$ = 1k to 16k:
+against the Triton kernel for step 1, and against the Gluon kernel of the step before for the others, in the
+same run but for step 4:
+
+| step | predicted before the run | measured | kept |
+| --- | --- | --- | --- |
+| 1. one program a tile | level with the Triton kernel from 8k, ahead at 1k–4k | behind the Triton kernel at every length (<<behind1>> at head_dim 128) | replaced by step 2 |
+| 2. persistent: one program an SM, tiles taken in turn | the short sequences gain most | <<persist1k128>> at head_dim 128 and <<persist1k64>> at 64 for $N$ = 1k; <<persist16k>> at 16k | yes |
+| 3. turns: each consumer waits for the other before its products (FlashAttention-3's ping-pong) | +3–8% from 8k at head_dim 128 | <<pp128>> at head_dim 128, <<pp64>> at 64 | no |
+| 4. K's slot freed right after its scores | +3–6% at head_dim 128 | <<split128>> at head_dim 128, against step 3's run (the Triton kernel moved by at most <<triton_moved>> between the two); at most <<split64>> either way at 64 | yes |
+
+The idea taken whole from the paper (step 3) bought nothing here, and the change that moved the number
+most (step 4) was one barrier arrival moved a few lines up, found by asking who waits for whom. The
+prediction written before each run is what shows which was which. (The ratios of every step at both head
+dims, and the account of each, are in `docs/performance.md`, *Notebook 05's record*.)
+
+Through the functions a user calls (`fast_attention_forward`; one more run on the same kind of
+<<hopper_short>>, beside SDPA's default), the fast kernel now runs the Gluon kernel at head_dim 128 at
+every length, and the Triton kernel at 64 (<<file:forward_main_h100_gluon_route>>):
 """
 
 
-STEPS_TABLE_CELL = r"""
-# NBVAL_CHECK_OUTPUT
-def hopper_ratios(topic, provider, d):
-    # {N: (ratio to SDPA's default, tiles column)} of one provider's timed rows in one file
-    return {int(r["seq_len"]): (float(r["ratio_to_sdpa_default"]), r["tiles"]) for r in results.load(topic)
-            if r["part"] == "time" and r["provider"] == provider and int(r["head_dim"]) == d}
-
-HOPPER_STEPS = [  # (topic, step, [(provider, label)]): each run's Gluon rows; the fast kernel's row follows
+STEPS = [  # (topic, step, [(provider, label)]): each run's Gluon rows; the record adds the fast kernel's
     ("hopper_forward_one_program_a_tile", "1. one program a tile", [("gluon", "Gluon")]),
     ("hopper_forward_persistent", "2. persistent", [("gluon", "Gluon, persistent"),
                                                     ("gluon_one_tile", "Gluon, one program a tile")]),
@@ -151,30 +166,13 @@ HOPPER_STEPS = [  # (topic, step, [(provider, label)]): each run's Gluon rows; t
     ("hopper_forward_split_release", "4. K freed after S", [("gluon", "Gluon, K in 3 slots (kept)"),
                                                             ("gluon_n128_k2v2", "Gluon, K and V 2 slots each")]),
 ]
-seq_lens = sorted(hopper_ratios("hopper_forward_split_release", "gluon", 128))
-for topic, step, _ in HOPPER_STEPS:
-    checks = [r for r in results.load(topic) if r["part"] == "check"]
-    print(f"{step[:2]} {results.cite(topic)}; {sum(r['verdict'] == 'ok' for r in checks)} of {len(checks)} "
-          "float64 checks ok")
-routed = set()
-for d in (128, 64):
-    print(f"\nhead_dim {d}: ratio to SDPA's default in each step's own run")
-    print(f"{'step':22s} {'kernel':30s}" + "".join(f"{f'N={n // 1024}k':>8s}" for n in seq_lens))
-    for topic, step, providers in HOPPER_STEPS:
-        for i, (provider, label) in enumerate(providers + [("course_fast", "fast kernel (Triton; *Gluon)")]):
-            got, line = hopper_ratios(topic, provider, d), ""
-            for n in seq_lens:
-                ratio, tiles = got[n]
-                gluon = provider == "course_fast" and tiles.startswith("gluon")
-                routed |= {tiles} if gluon else set()
-                line += f"{results.two(ratio):>7s}" + ("*" if gluon else " ")
-            print(f"{step if i == 0 else '':22s} {label:30s}{line}")
-print("\n* the fast kernel's route of that day ran the Gluon kernel there: " + "; ".join(sorted(routed)))
-"""
+assert tuple(topic for topic, _, _ in STEPS) == HOPPER
 
 
-PREDICTIONS = r"""
-What each step gave, against what was written down before it (`bench/RESULTS.md`, "The Gluon forward"):
+DETAIL = r"""
+What each step gave, against what was written down before it (`bench/RESULTS.md`, "The Gluon forward";
+the Gluon kernel uses 128-key tiles; before step 4 K and V shared 2 slots at head_dim 128 and 3 at 64;
+step 4's kept kernel has K in 3 slots and V in 2, 3 at 64):
 
 1. **One program a tile.** Predicted: level with the Triton kernel from 8k, ahead at 1k–4k. It came out
    behind everywhere. A program fills an SM's shared memory, so each SM runs one, and nothing overlaps
@@ -194,20 +192,12 @@ What each step gave, against what was written down before it (`bench/RESULTS.md`
    way, as the explanation says it should be: there the shared ring already had 3 slots, so block
    $j{+}3$'s copy had a whole step to land. The Gluon kernel stays behind the Triton kernel at 64 from 1k
    to 4k, and head_dim 64 stays with Triton.
-
-The lesson: the idea taken whole from the paper bought nothing here, and the change that moved the
-number most was one barrier arrival moved a few lines up, found by asking who waits for whom. The
-prediction written before each run is what shows which was which.
-
-Through the functions a user calls (`fast_attention_forward`; one more run on the same kind of H100,
-beside SDPA's default), the fast kernel now runs the Gluon kernel at head_dim 128 at every length, and
-the Triton kernel at 64 (<<file:forward_main_h100_gluon_route>>):
 """
 
 
 ROUTE_CELL = r"""
-# NBVAL_CHECK_OUTPUT
 route = results.load("forward_main_h100_gluon_route")
+seq_lens = sorted({int(r["seq_len"]) for r in route})
 print(results.cite("forward_main_h100_gluon_route"))
 print(f"{'head_dim':>8s} {'kernel':14s}" + "".join(f"{f'N={n // 1024}k':>8s}" for n in seq_lens))
 for d in (64, 128):
@@ -228,7 +218,5 @@ def cells(md, code):
         md(ROLES_AND_RINGS),
         code(TIMELINE_CELL),
         md(READING_THE_TIMELINE),
-        code(STEPS_TABLE_CELL),
-        md(PREDICTIONS),
         code(ROUTE_CELL),
     ]

@@ -88,7 +88,8 @@ grows. (On the right, without the causal mask, no block at this length is ragged
 
 **One loop instead of two?** Triton pipelines each loop on its own, with a prologue that issues the first
 loads ahead and an epilogue that drains them, so a program with two loops starts its pipeline twice.
-The experiment (tried in the fast kernel and removed; commit 239abec has the code) walked all of a tile's
+The experiment (tried in the fast kernel and removed: its code is in the history of the course's
+repository, commit 239abec, not in your copy) walked all of a tile's
 key blocks in one loop and applied the mask under a test made at run time on every step: mask this block
 if it starts at or past the diagonal. It masks the same blocks as the two phases do, so the mask's
 arithmetic is unchanged; what is new is a branch inside the loop body. Predicted before the run
@@ -104,7 +105,6 @@ SDPA by the two-phase loop's at the same tile (`sub2`: two query sub-tiles a pro
 
 
 MERGED_TABLE_CELL = r"""
-# NBVAL_CHECK_OUTPUT
 merged = {(r["provider"], int(r["d"]), int(r["n"])): float(r["ratio"])
           for r in results.load("backward_flat_forward_merged") if r["kind"] == "merged"}
 shapes = sorted({(d, n) for _, d, n in merged})

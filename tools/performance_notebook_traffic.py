@@ -125,11 +125,12 @@ for tile, bm in (("64x64_w4_s3", 64), ("128x128_w8_s3", 128)):
     label = f"graded {tile.split('_')[0]}: measured, at the per-program traffic"
     reread.append((label, intensity, float(row["tflops"])))
 
+gpu = pp.gpu("graded_tiles")  # the tiles' GPU, the ceilings' too
 fig, ax = plt.subplots(figsize=(7, 4.5))
-pp.plot_roofline([], ax, matmul_tflops, copy_tbps, reread=reread)
+pp.plot_roofline([], ax, matmul_tflops, copy_tbps, reread=reread, gpu=gpu)
 ax.set_xlim(10, 2000)
 ax.set_ylim(50, 2500)
-ax.set_title("The same roof, two graded tiles placed at their per-program traffic")
+ax.set_title(f"{gpu}: the same roof, two graded tiles placed at their per-program traffic", fontsize=10)
 ax.legend(fontsize=7, loc="upper left")
 plt.show()
 """
@@ -254,7 +255,7 @@ decides.
 MODEL_CELL = r"""
 from gqa_flash import impl
 
-measured = results.load("launch_order_traffic")  # ncu on the H200: one launch per order and head dim
+measured = results.load("launch_order_traffic")  # ncu: one launch per order and head dim
 print(results.cite("launch_order_traffic"))
 config = dict(item.split("=") for item in measured[0]["config"].split())  # BLOCK_M=128 BLOCK_N=64 ...
 block_m, block_n = int(config["BLOCK_M"]), int(config["BLOCK_N"])
@@ -290,7 +291,8 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
 pp.plot_launch_order_traffic(measured, model, axes)
 handles, labels = axes[0].get_legend_handles_labels()
 fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
-fig.suptitle("DRAM bytes read by the fast forward kernel, H200, bf16, causal, one 16k sequence, GQA 32:8")
+fig.suptitle(f"DRAM bytes read by the fast forward kernel, {pp.gpu_of(measured)}, bf16, causal, one 16k sequence, "
+             "GQA 32:8")
 plt.tight_layout(rect=(0, 0.08, 1, 1))
 plt.show()
 if not model:

@@ -1,9 +1,10 @@
 """Pictures of the measured performance (notebook 05): read the benchmark CSVs, draw them.
 
 The CSVs come from ``python -m gqa_flash.lab.bench`` on a GPU (bench/forward_sweep.sh);
-the H200 runs are committed under ``notebooks/data`` so that students without a GPU
+the runs are committed under ``notebooks/data`` so that students without a GPU
 see them too. ``gqa_flash.lab.results`` finds each by topic through
-``notebooks/data/INDEX.csv``, and bench/RESULTS.md discusses them.
+``notebooks/data/INDEX.csv``, and bench/RESULTS.md discusses them. Every picture's
+title names the GPU its rows were measured on (:func:`gpu_of`, :func:`gpu`).
 
 What a plot shows depends only on its arguments (the rows, and the ceilings
 that :func:`read_ceilings` returns), never on which notebook cells ran before:
@@ -51,6 +52,27 @@ def read(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def gpu_of(rows, gpu=None) -> str:
+    """The GPU that measured ``rows``: their ``gpu`` column, which must name one GPU; ``gpu`` where the
+    rows have no such column (an exploration CSV: :func:`gpu` reads the index instead)."""
+    named = {r["gpu"] for r in rows if r.get("gpu")}
+    if gpu is not None:
+        if named - {gpu}:
+            raise ValueError(f"gpu={gpu!r}, but the rows were measured on {sorted(named)}")
+        return gpu
+    if len(named) != 1:
+        raise ValueError(f"rows measured on {sorted(named) or 'no named GPU'}: a picture names one GPU; "
+                         "pass gpu= (the topic's GPU, perf_plots.gpu(topic))")
+    return named.pop()
+
+
+def gpu(topic) -> str:
+    """The GPU a topic was measured on: its rows' ``gpu`` column where its file has one, else the index's."""
+    rows = results.load(topic)
+    listed = results.entry(topic)["gpu"]
+    return gpu_of(rows, listed) if isinstance(rows, list) else listed
+
+
 def attention_flops(batch, q_heads, seq_len, head_dim, causal=True) -> float:
     """4 * B * Hq * N^2 * D: two products (S = QK^T, O = PV) of 2 * N^2 * D each; half of it when causal."""
     f = 4.0 * batch * q_heads * seq_len**2 * head_dim
@@ -82,8 +104,10 @@ def attention_program_bytes(batch, q_heads, kv_heads, seq_len, head_dim, block_m
     return batch * q_heads * per_head
 
 
-def plot_throughput(rows, ax, head_dim, matmul_tflops):
-    """TFLOP/s against N, one line per provider, for one head dim, under the matmul ceiling (TFLOP/s)."""
+def plot_throughput(rows, ax, head_dim, matmul_tflops, gpu=None):
+    """TFLOP/s against N, one line per provider, for one head dim, under the matmul ceiling (TFLOP/s);
+    the title names the rows' GPU (:func:`gpu_of`)."""
+    gpu = gpu_of(rows, gpu)
     for provider, style in STYLE.items():
         pts = sorted(
             (int(r["seq_len"]), float(r["tflops"]))
@@ -95,7 +119,7 @@ def plot_throughput(rows, ax, head_dim, matmul_tflops):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("sequence length N (16k tokens per launch)")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"bf16, causal, GQA 32:8, head_dim {head_dim}")
+    ax.set_title(f"{gpu}: bf16, causal, GQA 32:8, head_dim {head_dim}", fontsize=10)
     ax.axhline(matmul_tflops, color="gray", linewidth=0.8, linestyle="--")
     ax.text(1024, matmul_tflops * 0.97, f"bf16 matmul ceiling ({matmul_tflops:.0f})", va="top", fontsize=8,
             color="gray")
@@ -103,8 +127,10 @@ def plot_throughput(rows, ax, head_dim, matmul_tflops):
     ax.grid(alpha=0.3)
 
 
-def plot_memory(rows, ax):
-    """Peak memory of one forward call against N (log-log), until naive attention runs out."""
+def plot_memory(rows, ax, gpu=None):
+    """Peak memory of one forward call against N (log-log), until naive attention runs out; the title
+    names the GPU (the rows' ``gpu`` column, or ``gpu``: the memory sweep's CSV has none)."""
+    gpu = gpu_of(rows, gpu)
     for provider in ("course_graded", "course_fast", "naive"):
         pts = sorted(
             (int(r["seq_len"]), float(r["peak_mem_mib"]))
@@ -122,17 +148,19 @@ def plot_memory(rows, ax):
     ax.set_yscale("log")
     ax.set_xlabel("sequence length N (batch 1, 32 query heads, 8 KV heads, head_dim 128)")
     ax.set_ylabel("peak memory of one call (MiB)")
-    ax.set_title("O(N) against O(N^2)")
+    ax.set_title(f"{gpu}: O(N) against O(N^2)")
     ax.grid(alpha=0.3, which="both")
 
 
-def plot_roofline(rows, ax, matmul_tflops, copy_tbps, reread=()):
+def plot_roofline(rows, ax, matmul_tflops, copy_tbps, reread=(), gpu=None):
     """The roofline of the measured ceilings (TFLOP/s, TB/s) and where each provider's runs land on it.
 
     Each run sits at the intensity of the *minimum* traffic (:func:`attention_min_bytes`), far right of
     the ridge by construction. ``reread`` adds points placed instead at the intensity of the
     per-program traffic model (:func:`attention_program_bytes`): (label, FLOP per byte, TFLOP/s) each.
+    The title names the GPU of the rows (:func:`gpu_of`), or ``gpu`` (the ceilings' and the points').
     """
+    gpu = gpu_of(rows, gpu)
     xs = [10 ** (i / 20) for i in range(0, 81)]  # 1 .. 10^4 FLOP/byte
     roof = [min(matmul_tflops, x * copy_tbps) for x in xs]
     ax.plot(xs, roof, color="gray", linewidth=2, label="roofline (measured ceilings)")
@@ -160,7 +188,7 @@ def plot_roofline(rows, ax, matmul_tflops, copy_tbps, reread=()):
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title("H200 roofline, each run placed at its minimum traffic")
+    ax.set_title(f"{gpu} roofline, each run placed at its minimum traffic")
     ax.grid(alpha=0.3, which="both")
 
 
