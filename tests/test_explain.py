@@ -94,3 +94,15 @@ def test_check_tiled_failing_twice_is_explained_and_its_second_look_differs(tmp_
 def test_a_failure_with_a_hint_and_no_cause_still_shows_it_at_once():
     todo = v.fail("naive", 1, "Part 1 is not implemented yet", hint="open gqa_flash/naive.py, fill in Part 1")
     assert v.staged(todo) == str(todo) and "likely cause" not in str(todo)
+
+
+def test_a_crash_no_known_mistake_explains_says_so_of_the_error(tmp_path, monkeypatch, capsys):
+    plant("naive", "scores = (q32 @ k32.transpose(-1, -2)) * sm_scale", "scores = (q32 @ k32) * sm_scale",
+          tmp_path, monkeypatch)
+    naive.check_naive()
+    first = capsys.readouterr().out
+    assert first.startswith("FAIL naive.py Part 2") and "your code raised" in first, first
+    assert "none of the usual mistakes raises this error" in first, first
+    out = explained(capsys)
+    assert "likely cause: none known: none of the usual mistakes that this check replays raises this error" in out
+    assert "compare next: the shapes of the tensors on the line that raised" in out, out

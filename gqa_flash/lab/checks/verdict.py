@@ -106,7 +106,7 @@ class Verdict:
         if held:
             shown = (("where", self.where),)
         elif self.unexplained:
-            shown = (("where", self.where), ("likely cause", NO_KNOWN_CAUSE),
+            shown = (("where", self.where), ("likely cause", _unknown(self, NO_KNOWN_CAUSE)),
                      ("compare next", self.compare or _compare_next(self)))
         else:
             shown = (("where", self.where), ("likely cause", self.cause), ("hint", self.hint))
@@ -115,7 +115,7 @@ class Verdict:
                 out.append(f"    {label}: {text}")
         if held and self.unexplained:
             look = "look where it points first" if self.where else "think it over first"
-            out.append(f"    {STEP_TWO_UNKNOWN.format(look=look)}")
+            out.append(f"    {_unknown(self, STEP_TWO_UNKNOWN.format(look=look))}")
         elif held:
             out.append(f"    {STEP_TWO if self.where else STEP_TWO_NOWHERE}")
         return out
@@ -133,9 +133,18 @@ NO_KNOWN_CAUSE = "none known: none of the usual mistakes that this check replays
 _UNEXPLAINED = "(no known cause)"  # what _SEEN keeps for an unexplained failure
 
 
+def _crashed(verdict: Verdict) -> bool:
+    return verdict.message.startswith(("your code raised", "your kernel does not run"))
+
+
+def _unknown(verdict: Verdict, text: str) -> str:
+    """``text`` about a result, said of an error where the failure is a crash."""
+    return text.replace("gives this result", "raises this error") if _crashed(verdict) else text
+
+
 def _compare_next(verdict: Verdict) -> str:
     """What to compare next, for a failure whose check gave no ``compare`` of its own."""
-    if verdict.message.startswith("your code raised"):
+    if _crashed(verdict):
         return ("the shapes of the tensors on the line that raised (print them) with the shapes the part's "
                 "banner gives: the first that differs is where the mistake is")
     return ("your part's tensors, on the case named under where, with what the part's banner says they hold "
