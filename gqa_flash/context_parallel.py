@@ -151,8 +151,8 @@ class Ring:
     def start(self, tensors, step: int):
         if tensors[0].is_cuda and dist.get_backend(self.group) == "gloo":
             raise RuntimeError("ring_attention: gloo cannot send CUDA tensors (its TCP transport reads host memory: "
-                               "'writev ... Bad address', bench/record/h100_ring_two_processes_one_gpu.csv); use the "
-                               "nccl backend, one process per GPU, or CPU tensors")
+                               "'writev ... Bad address'); use the nccl backend, one process per GPU, or CPU "
+                               "tensors")
         self._received = [torch.empty_like(t) for t in tensors]
         ops = [dist.P2POp(dist.isend, t, self.next, self.group) for t in tensors]
         ops += [dist.P2POp(dist.irecv, t, self.prev, self.group) for t in self._received]

@@ -606,3 +606,21 @@ def test_make_passes_module_to_test_graded_and_grade(tmp_path):
                            f"VENV={tmp_path / 'venv'}"], cwd=COURSE, capture_output=True, text=True, timeout=60)
     assert 'GQA_FLASH_MODULE="naive tiled"' in done.stdout and "-m pytest tests/graded" in done.stdout, done
     assert '-m gqa_flash.grader --only "naive tiled"' in done.stdout, done
+
+
+def test_a_failure_line_is_cut_at_a_word_not_mid_word():
+    """Grader lines were cut mid-word ("Or was 0 divid..."); they end at a sentence or a word, with an ellipsis."""
+    from gqa_flash.grader import plugin
+
+    message = "O: first wrong at [0, 0, 3, 1]. " + "Every entry is NaN: was anything written? " * 5 + (
+        "Or was 0 divided by 0 in the normaliser, where a row sees no key at all?")
+
+    class Info:
+        value = AssertionError(message)
+        traceback = []
+
+    line, timed_out = plugin.describe(Info(), [])
+    assert not timed_out and line.startswith("AssertionError: O: first wrong") and line.endswith("…")
+    assert len(line) <= len("AssertionError: ") + plugin.MESSAGE_CHARS
+    body = line.removeprefix("AssertionError: ").removesuffix("…").rstrip()
+    assert message.startswith(body) and message[len(body)] in " .?!;", body[-30:]

@@ -65,4 +65,4 @@ def test_make_grade_submissions_grades_from_a_fresh_shell(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "No module named" not in done.stderr and "20 / 20 points of the modules run" in done.stdout, done.stdout
     results = json.loads(out.read_text())
-    assert results["score"] == 20 and results["submission"] == str(submitted), results
+    assert results["score"] == 20 and results["submission"] == submitted.name, results

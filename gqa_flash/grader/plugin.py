@@ -48,7 +48,7 @@ import pytest
 from gqa_flash import integrity
 from gqa_flash.grader.calls import StudentCrash, StudentRaised
 from gqa_flash.grader.isolation import set_limit
-from gqa_flash.grader.report import NOT_STARTED
+from gqa_flash.grader.report import NOT_STARTED, clip
 from gqa_flash.layout import GRADED_FILES
 from gqa_flash.grader.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
 
@@ -184,16 +184,14 @@ def describe(excinfo, graded_files) -> tuple[str, bool]:
         seconds = text.split("(>", 1)[-1].split("s)", 1)[0].removesuffix(".0")
         return f"timed out after {seconds} s: an endless loop, or far too slow", True
     if isinstance(exc, StudentCrash):  # the executor died: a strike, as a hang is
-        return text.strip().splitlines()[0][:2 * MESSAGE_CHARS], True
+        return clip(text.strip().splitlines()[0], 2 * MESSAGE_CHARS), True
     if integrity.unwrap(exc) is not None:  # integrity: or address check: the message says it all
-        return text.strip().splitlines()[0][:2 * MESSAGE_CHARS], False
+        return clip(text.strip().splitlines()[0], 2 * MESSAGE_CHARS), False
     if isinstance(exc, pytest.fail.Exception):  # pytest.fail(...): the message says it all
-        return text.strip().splitlines()[0][:MESSAGE_CHARS] if text.strip() else "failed", False
+        return clip(text.strip().splitlines()[0], MESSAGE_CHARS) if text.strip() else "failed", False
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"SyntaxError in {Path(exc.filename).name}, line {exc.lineno}: {exc.msg}", False
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    if len(first) > MESSAGE_CHARS:
-        first = first[:MESSAGE_CHARS] + "..."
+    first = clip(text.strip().splitlines()[0], MESSAGE_CHARS) if text.strip() else ""  # at a word, with …
     name = getattr(exc, "student_type", None) if isinstance(exc, StudentRaised) else type(exc).__name__
     if isinstance(exc, StudentRaised):
         first = first.split(": ", 1)[1] if ": " in first else ""
