@@ -145,7 +145,7 @@ def _ships(path: str) -> bool:
     return not path.startswith(edition.LEFT_OUT) and (path.startswith(edition.SHIPPED) or path in edition.EDITION_TESTS)
 
 
-@pytest.mark.parametrize("name", ["05_performance", "07_decoding"])
+@pytest.mark.parametrize("name", [p.stem for p in NOTEBOOKS])
 def test_a_notebook_cites_only_files_the_student_has(name):
     """A path in a notebook's text or code is one the student edition ships (bench/record/, the exploration
     and probe scripts stay with the instructor): the course's record is cited by what the student has."""
