@@ -407,6 +407,135 @@ def score_elements_needed(batch, n_q_heads, seq_len, block_m, block_n, causal=Tr
     return batch * n_q_heads * total
 
 
+# --------------------------------------------------------------------------
+# The backward's walks, counted the same way: dK/dV and dQ
+# --------------------------------------------------------------------------
+
+BACKWARD_KERNELS = {"_backward_dkdv": "dkdv", "_backward_dq": "dq"}
+"""The backward kernels whose score tiles are counted (their names in backward.py) and their short names."""
+
+
+def backward_score_tiles_per_program(seq_len=100, head_dim=64, causal=True, batch=1, n_q_heads=2, n_kv_heads=1,
+                                     seed=0, guard=None):
+    """Run the backward kernels once in Triton's interpreter; count the score tiles of each program.
+
+    A score tile is a ``tl.dot`` whose result is one [BLOCK_M, BLOCK_N] tile (either way round) and whose inner
+    dimension is the padded head dim: S = Q K^T and dP = dO V^T of one (query block, key block) pair, so two
+    for each pair a program visits (in dK/dV, for each query head of the group). The products with P and dS
+    contract BLOCK_M or BLOCK_N, so they are not counted (the padded head dim must differ from both tiles).
+    O and the LSE come from the float64 reference. Returns
+    ``({"dkdv": {"key block,KV head,batch": count}, "dq": {"query block,query head,batch": count}}, config)``
+    with backward.py's INTERPRETER_CONFIG. On a GPU machine this runs in a child process with the GPU hidden.
+    The backward runs under ``guard()``, by default :class:`kernel_only` (the graded file's own kernels); a
+    notebook check passes its own (own_work for the file it loaded). A child process takes the default.
+    """
+    kwargs = dict(seq_len=seq_len, head_dim=head_dim, causal=causal, batch=batch, n_q_heads=n_q_heads,
+                  n_kv_heads=n_kv_heads, seed=seed)
+    if not runtime.INTERPRETER:
+        return _in_interpreter_process("backward_score_tiles_per_program", **kwargs)
+    import gqa_flash
+    from gqa_flash import impl
+    from gqa_flash.reference import reference_attention
+    from triton.runtime.interpreter import GridExecutor, InterpreterBuilder
+
+    config = dict(impl.load("backward").INTERPRETER_CONFIG)
+    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
+    inner = max(16, 1 << (head_dim - 1).bit_length())
+    if inner in (block_m, block_n):
+        raise ValueError(f"head_dim {head_dim} pads to {inner}, a tile size of {config}: choose a head dim that "
+                         "pads to neither BLOCK_M nor BLOCK_N, or the products with P and dS count as scores too")
+    q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=seq_len,
+                         head_dim=head_dim, dtype=torch.float32, seed=seed, device="cpu")
+    o, lse = reference_attention(q, k, v, causal=causal)
+    o, lse = o.to(torch.float32), lse.to(torch.float32)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
+    counts: dict = {name: {} for name in BACKWARD_KERNELS.values()}
+    running: list = []  # the kernel being interpreted (a launch runs its programs one at a time)
+    original_dot, original_launch = InterpreterBuilder.create_dot, GridExecutor.__call__
+
+    def launching(grid_executor, *args, **kw):
+        running.append(BACKWARD_KERNELS.get(getattr(grid_executor.fn, "__name__", ""), None))
+        try:
+            return original_launch(grid_executor, *args, **kw)
+        finally:
+            running.pop()
+
+    def counting(builder, a, b, *args, **kw):
+        (rows, a_inner), (b_inner, cols) = a.data.shape[-2:], b.data.shape[-2:]
+        kernel = running[-1] if running else None
+        if kernel and a_inner == b_inner == inner and {rows, cols} == {block_m, block_n}:
+            program = ",".join(str(int(i)) for i in builder.grid_idx)
+            counts[kernel][program] = counts[kernel].get(program, 0) + 1
+        return original_dot(builder, a, b, *args, **kw)
+
+    GridExecutor.__call__, InterpreterBuilder.create_dot = launching, counting
+    try:
+        with guard() if guard is not None else kernel_only("flash_attention_backward", part="backward"):
+            gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=causal)
+    finally:
+        GridExecutor.__call__, InterpreterBuilder.create_dot = original_launch, original_dot
+    return counts, config
+
+
+def query_blocks_needed(key_block, seq_len, block_m, block_n, causal=True):
+    """How many query blocks key block ``key_block``'s dK/dV program must visit: under the causal mask, from the
+    one that holds the key block's first key (its diagonal) to the end; without it, all of them."""
+    first = key_block * block_n // block_m if causal else 0
+    return -(-seq_len // block_m) - first
+
+
+def backward_walk_problem(counts, config, seq_len, n_q_heads, n_kv_heads, parts=(2, 4)):
+    """The first backward program that computes more score tiles than its causal walk needs, or None.
+
+    ``counts`` and ``config`` are :func:`backward_score_tiles_per_program`'s, of a causal run. A program needs
+    :func:`query_blocks_needed` query blocks (dK/dV) or :func:`key_blocks_needed` key blocks (dQ), each worth
+    the tiles a block is worth to the program of the same head and batch that needs every block: key block
+    0's (dK/dV), the last query block's (dQ). ``parts``: Part 2's walk (dK/dV), Part 4's (dQ), or both.
+    Returns ``dict(part=2 or 4, kind="excess" or "none" (no score tile counted), where=..., fix=...)``.
+    """
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    n_m, n_n, group = -(-seq_len // bm), -(-seq_len // bn), n_q_heads // n_kv_heads
+    sizes = f"SEQ_LEN {seq_len}, BLOCK_M {bm}, BLOCK_N {bn}"
+    for kernel, part, whole, full, tile in (("dkdv", 2, 0, n_m, "the K tile and the Q tile"),
+                                            ("dq", 4, n_m - 1, n_n, "the Q tile and the K tile")):
+        if part not in parts:
+            continue
+        programs = counts.get(kernel) or {}
+        if not programs:
+            return dict(part=part, kind="none", where=f"no score tile was seen in _backward_{kernel}",
+                        fix=f"compute each block's scores with tl.dot of {tile} (inner dimension: the padded head dim)")
+        for program, got in sorted(programs.items(), key=lambda item: [int(i) for i in item[0].split(",")]):
+            block, head, batch = (int(i) for i in program.split(","))
+            per_block = programs.get(f"{whole},{head},{batch}", 0) / full
+            if kernel == "dkdv":
+                need = query_blocks_needed(block, seq_len, bm, bn)
+                first, lo, hi = n_m - need, block * bn, min((block + 1) * bn, seq_len) - 1
+                owner, reference = f"key block {block}'s program (keys {lo}-{hi})", "key block 0's program"
+                heads = f"KV head {head}, batch {batch}; {sizes}" + (f", {group} query heads a KV head" * (group > 1))
+                blocks = f"query blocks {first}-{n_m - 1} (rows {first * bm} on)"
+                fix = (f"the query blocks before query block {first} end before key {lo}, so under the causal mask "
+                       "none of their queries sees these keys: skip them, never load them (the walk starts at the "
+                       "query block that holds the key block's first key)")
+            else:
+                need = key_blocks_needed(block, seq_len, bm, bn)
+                lo, hi = block * bm, min((block + 1) * bm, seq_len) - 1
+                owner, reference = f"query block {block}'s program (rows {lo}-{hi})", "the last query block's program"
+                heads = f"query head {head}, batch {batch}; {sizes}"
+                blocks = f"key blocks 0-{need - 1} (keys 0-{min(need * bn, seq_len) - 1})"
+                fix = (f"the key blocks after key block {need - 1} start after row {hi}, so under the causal mask no "
+                       "row of this block sees their keys: skip them, never load them (the walk stops after the key "
+                       "block that holds the block's last row)")
+            if per_block == 0:
+                return dict(part=part, kind="none",
+                            where=f"{reference} computed no score tile, though it must visit every block",
+                            fix=f"compute each block's scores with tl.dot of {tile}")
+            if got > per_block * need + 1e-9:
+                return dict(part=part, kind="excess", fix=fix, where=(
+                    f"{owner} computed {got} score tiles where its causal walk computes {per_block * need:g}: "
+                    f"{blocks}, at {per_block:g} a block as {reference} computes them ({heads})"))
+    return None
+
+
 # torch's matrix products, by name: the @ operator, torch.matmul and its relatives as
 # functions and as Tensor methods, einsum, tensordot and F.linear.
 _PRODUCTS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "einsum", "tensordot",

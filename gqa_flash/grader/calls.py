@@ -211,8 +211,11 @@ class Executor:
             self._sibling = Executor(self.tree, self.kind, self.impl, interpreter=True)
         return self._sibling
 
-    def score_tiles(self, **kwargs) -> tuple[dict, dict]:
-        counts, config = self.in_interpreter().request({"op": "score_tiles", "kwargs": kwargs}).value
+    def score_tiles(self, kernel: str = "forward", **kwargs) -> tuple[dict, dict]:
+        """Each program's score tiles, counted in the interpreter: ``kernel`` "forward"
+        (testing.score_tiles_per_program) or "backward" (testing.backward_score_tiles_per_program)."""
+        request = {"op": "score_tiles", "kwargs": kwargs} | ({"kernel": kernel} if kernel != "forward" else {})
+        counts, config = self.in_interpreter().request(request).value
         return counts, config
 
     def probe(self, function: str):

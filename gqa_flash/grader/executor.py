@@ -15,7 +15,8 @@ error. A request is one of
   (``gqa_flash.testing.kernel_only``), the score products counted, whole-row
   reductions refused;
 * ``score_tiles``, ``probe`` and ``ring``: the course's own harnesses, run on
-  the student's module (the causal-skip count, notebook 04's probes of one
+  the student's module (the causal-skip count of the forward's kernel or, with
+  ``"kernel": "backward"``, of the backward's two, notebook 04's probes of one
   helper, ring attention on gloo processes).
 
 The reply is ``{"ok": True, "value": ..., "seen": {...}}`` or ``{"ok": False,
@@ -254,12 +255,19 @@ def handle(request: dict) -> dict:
             with audit.graded_call(), watching(request.get("watch") or {}, seen):
                 value = dense(entry(str(request["entry"]))(*request.get("args", ()), **request.get("kwargs", {})))
             return {"ok": True, "value": value, "seen": seen}
-        if op == "score_tiles":
+        if op == "score_tiles":  # the causal skip, counted: the forward's kernel, or the backward's two
             from gqa_flash import testing
 
+            kernel = request.get("kernel", "forward")
+            if kernel not in ("forward", "backward"):
+                raise ValueError(f"the executor counts the score tiles of no kernel {kernel!r}")
             _interpreter_only(op)
             with audit.graded_call():
-                counts, config = testing.score_tiles_per_program(**request["kwargs"])
+                if kernel == "forward":
+                    counts, config = testing.score_tiles_per_program(**request["kwargs"])
+                else:  # under kernel_only, its default guard: the graded file's own kernels
+                    counts, config = testing.backward_score_tiles_per_program(
+                        **{k: v for k, v in request["kwargs"].items() if k != "guard"})
             return {"ok": True, "value": [counts, dict(config)], "seen": seen}
         if op == "probe":
             from gqa_flash.lab.checks import probes

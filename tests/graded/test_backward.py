@@ -7,11 +7,13 @@ the forward's points, not these too. The kernels must do the work: inside the ca
 PyTorch's attention, softmax and matrix products are off limits, and at least one
 Triton kernel must be launched.
 
-Points follow harm (docs/instructors.md, "Grading"). Ordinary use carries 16 of the 20 points:
+Points follow harm (docs/instructors.md, "Grading"). Ordinary use carries 15 of the 20 points:
 eight cases, each mixing GQA (Hq > Hkv; MHA and MQA once each), a length that is
 not a multiple of the tiles, causal or not, fp32 or fp16, and a contiguous or
-non-contiguous layout (q, k, v, O and dO alike). Corner cases share the other 4:
-one token, scores near -100, head_dim 256.
+non-contiguous layout (q, k, v, O and dO alike). Corner cases share the other 5:
+one token, scores near -100, head_dim 256, and skipping the blocks past the
+diagonal (right gradients from a walk over every block cost about twice the work,
+as the forward's unskipped key blocks do: 1 point, as the forward's 2 of 40).
 
 D = rowsum(dO * O) summed in fp16 (not fp32) shows only where D is large against
 dP - D: at head_dim 256 with a shared offset of 6 in V and in dO (a bias, as a
@@ -26,7 +28,7 @@ carries such an offset.
 import pytest
 import torch
 
-from gqa_flash import runtime
+from gqa_flash import runtime, testing
 from gqa_flash.grader.calls import kernel_only, student
 from gqa_flash.reference import reference_attention, reference_gradients
 from gqa_flash.testing import GRAD_TOLERANCE, gradient_error, random_qkv
@@ -117,7 +119,7 @@ ORDINARY = [
 ]
 
 
-@pytest.mark.points(16)
+@pytest.mark.points(15)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", ORDINARY, ids=[
     f"h{c[1]}:{c[2]}-b{c[0]}-n{c[3]}-d{c[4]}-{'causal' if c[5] else 'full'}-{str(c[6])[6:]}-{c[7]}" for c in ORDINARY])
@@ -152,3 +154,17 @@ def test_backward_head_dim_256(seed):
     # fp16 with V and dO offset by a shared bias: D = rowsum(dO * O) is then large next to dP - D,
     # and D rounded to fp16 (summed without a cast to fp32) shows.
     check(seed, causal=True, dtype=F16, offset=6.0, n_q_heads=4, n_kv_heads=2, seq_len=20, head_dim=256)
+
+
+@pytest.mark.points(1)
+@pytest.mark.timeout(180)
+def test_backward_causal_skips_blocks_past_the_diagonal(seed):
+    # The causal walks of Parts 2 and 4: a key block's dK/dV program visits the query blocks from its
+    # diagonal on, a query block's dQ program the key blocks up to its diagonal; the others are never
+    # loaded. The interpreter counts each program's score tiles (S and dP, tl.dot over the head dim); a
+    # walk over every block that lets the mask zero the rest is right but does about twice the work.
+    seq_len, n_q_heads, n_kv_heads = 100, 2, 1
+    counts, config = student().score_tiles(kernel="backward", seq_len=seq_len, head_dim=64, causal=True, seed=seed,
+                                           n_q_heads=n_q_heads, n_kv_heads=n_kv_heads)
+    problem = testing.backward_walk_problem(counts, config, seq_len, n_q_heads, n_kv_heads)
+    assert problem is None, f"Part {problem['part']}: {problem['where']}: {problem['fix']}"
