@@ -2,19 +2,23 @@
 
 Each mutant (solutions/backward.py with one bug put in) is loaded in place of the graded file; the check of
 the part the bug is in must FAIL and give the cause written for that mistake, so that a student who makes it
-reads what is wrong and where, then why, not only that something is.
+reads what is wrong and where, then why, not only that something is. Walks whose bounds are computed in other
+ways than the catalog's are named too; the causal skip is counted as the graded test counts it; and notebook 06
+runs the whole file's check, and trains only once forward.py is done.
 """
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from gqa_flash.lab.checks import backward
+from gqa_flash import impl, layout, testing
+from gqa_flash.lab.checks import backward, backward_walks
 from gqa_flash.lab.checks.cases import LOG2E
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mutants.catalog import MUTANTS, serve  # noqa: E402
+from mutants.catalog import MUTANTS, _m, serve  # noqa: E402
 
 
 def _cause(part, bug, name):
@@ -31,6 +35,8 @@ EXPECTED = {
     "backward_dq_no_causal_mask": ("check_dq", _cause(4, "no_mask", "dQ")),
     "backward_dkdv_no_causal_mask": ("check_dkdv", _cause(2, "no_mask", "dV")),
     "backward_dkdv_starts_late": ("check_dkdv", backward.DKDV_LATE),
+    "backward_dkdv_walks_every_block": ("check_dkdv", backward_walks.SKIP_CAUSE[2]),
+    "backward_dq_walks_every_block": ("check_dq", backward_walks.SKIP_CAUSE[4]),
     "backward_dq_stops_early": ("check_dq", backward.DQ_EARLY),
     "backward_dq_no_scale": ("check_dq", backward._factor_cause("dQ", 4.0, 0.25)[0]),
     "backward_dk_no_scale": ("check_dkdv", backward._factor_cause("dK", 4.0, 0.25)[0]),
@@ -67,3 +73,121 @@ def test_the_check_names_the_mistake(mutant, tmp_path, monkeypatch, capsys):
     assert verdict.cause == cause, f"{mutant.name} ({mutant.bug}): {check_name} gave {verdict}"
     # Step one says what is wrong and where, in words: no code, and not the cause.
     assert "tl." not in verdict.message + (verdict.where or "") and verdict.cause not in (verdict.where or "")
+
+
+# --- walks whose bounds are none of the catalog's: found from the output, each program a window of rows --------
+
+_START = "start_m = (n_block_idx * BLOCK_N // BLOCK_M) * BLOCK_M"
+_END = "end_n = tl.minimum((q_block_idx + 1) * BLOCK_M, SEQ_LEN)"
+WALKS = [  # (mutant, check, the cause's start, hint)
+    (_m("dkdv_start_rounded_up", "backward.py", "the walk's first query block rounded up, not down",
+        (_START, "start_m = tl.cdiv(n_block_idx * BLOCK_N, BLOCK_M) * BLOCK_M")),
+     "check_dkdv", "the walk over queries starts late: key block 1 (keys 16-31", backward_walks.LATE_HINT),
+    (_m("dkdv_start_next_key_block", "backward.py", "the walk starts at the query block of the next key block",
+        (_START, "start_m = ((n_block_idx + 1) * BLOCK_N // BLOCK_M) * BLOCK_M")),
+     "check_dkdv", "the walk over queries starts late: key block 1 (keys 16-31", backward_walks.LATE_HINT),
+    (_m("dq_starts_at_block_1", "backward.py", "the walk over key blocks starts at the second",
+        ("for n0 in range(0, end_n, BLOCK_N):", "for n0 in range(BLOCK_N, end_n, BLOCK_N):")),
+     "check_dq", "the walk over keys starts late: query block 0 (rows 0-31", backward_walks.DQ_START_HINT),
+    (_m("dq_ends_one_key_block_in", "backward.py", "the walk over key blocks ends one key block into the query block",
+        (_END, "end_n = tl.minimum(q_block_idx * BLOCK_M + BLOCK_N, SEQ_LEN)")),
+     "check_dq", "the walk over keys stops early: query block 0 (rows 0-31", backward_walks.DQ_END_HINT),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mutant,check_name,cause,hint", WALKS, ids=[w[0].name for w in WALKS])
+def test_a_walk_that_leaves_out_rows_is_named(mutant, check_name, cause, hint, tmp_path, monkeypatch):
+    # Once "none of the usual mistakes": a bound computed another way than the replayed mistakes compute it.
+    serve(mutant.imported(tmp_path), "backward", monkeypatch)
+    verdict = getattr(backward, check_name).verdict()
+    assert not verdict.ok and (verdict.cause or "").startswith(cause) and verdict.hint == hint, verdict
+
+
+# --- the causal skip, counted --------------------------------------------------------------------------------
+
+CONFIG = {"BLOCK_M": 32, "BLOCK_N": 16}
+
+
+def _counts(dkdv_start, dq_end, n=100, per_block=2):
+    """The score tiles of one head whose walks start (dK/dV) and end (dQ) where these functions say."""
+    n_m, n_n = -(-n // 32), -(-n // 16)
+    return {"dkdv": {f"{j},0,0": per_block * (n_m - dkdv_start(j)) for j in range(n_n)},
+            "dq": {f"{t},0,0": per_block * dq_end(t) for t in range(n_m)}}
+
+
+def test_the_walk_problem_counts_the_blocks_past_the_diagonal():
+    right = _counts(lambda j: j * 16 // 32, lambda t: testing.key_blocks_needed(t, 100, 32, 16))
+    assert testing.backward_walk_problem(right, CONFIG, 100, 1, 1) is None
+    # Tiles a block do not matter (three products, or S alone): the program that sees every block says how many.
+    assert testing.backward_walk_problem(_counts(lambda j: j * 16 // 32, lambda t: min(2 * t + 2, 7), per_block=3),
+                                         CONFIG, 100, 1, 1) is None
+    every = _counts(lambda j: 0, lambda t: 7)
+    problem = testing.backward_walk_problem(every, CONFIG, 100, 1, 1)
+    assert problem["part"] == 2 and problem["kind"] == "excess" and problem["where"].startswith(
+        "key block 2's program (keys 32-47) computed 8 score tiles where its causal walk computes 6"), problem
+    problem = testing.backward_walk_problem(every, CONFIG, 100, 1, 1, parts=(4,))
+    assert problem["part"] == 4 and problem["where"].startswith(
+        "query block 0's program (rows 0-31) computed 14 score tiles where its causal walk computes 4"), problem
+    assert testing.backward_walk_problem({"dkdv": {}, "dq": {}}, CONFIG, 100, 1, 1)["kind"] == "none"
+
+
+@pytest.mark.timeout(300)
+def test_the_solutions_skip_and_a_walk_over_every_block_does_not():
+    counts, config = testing.backward_score_tiles_per_program(seq_len=70, head_dim=40, n_q_heads=4, n_kv_heads=2)
+    assert testing.backward_walk_problem(counts, config, 70, 4, 2) is None, counts
+    assert len(counts["dkdv"]) == 5 * 2 and len(counts["dq"]) == 3 * 4, counts  # every program of both kernels
+    assert counts["dkdv"]["0,1,0"] == 2 * 2 * 3  # S and dP, two query heads, all three query blocks
+
+
+# --- notebook 06: the whole file's check, and training once the forward is done -------------------------------
+
+NOTEBOOK = layout.COURSE_DIR / "notebooks" / "06_backward_and_training.ipynb"
+
+
+def _code_cells():
+    return ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def test_notebook_06_runs_the_whole_files_check_after_the_parts_and_before_training():
+    cells = _code_cells()
+    at = {name: next(i for i, c in enumerate(cells) if name in c)
+          for name in ("checks.check_dq()", "checks.check_backward()", "tiny_model.train(")}
+    assert at["checks.check_dq()"] < at["checks.check_backward()"] < at["tiny_model.train("], at
+    assert "NBVAL_CHECK_OUTPUT" in cells[at["checks.check_backward()"]]
+
+
+@pytest.mark.timeout(300)
+def test_a_probability_tile_left_in_fp32_passes_the_parts_and_fails_the_whole_files_check(tmp_path, monkeypatch):
+    # The parts' cases are fp32: only check_backward's fp16 case (as the graded tests' fp16 cases) shows it.
+    mutant = _m("dv_probabilities_fp32", "backward.py", "P^T dO with P left in fp32",
+                ("dv += tl.dot(pT.to(do.dtype), do", "dv += tl.dot(pT, do"))
+    serve(mutant.imported(tmp_path), "backward", monkeypatch)
+    assert backward.check_dkdv.verdict().ok
+    verdict = backward.check_backward.verdict()
+    assert not verdict.ok and verdict.what.startswith("backward.py Part 2") and "two dtypes" in verdict.message, verdict
+
+
+def test_notebook_06_trains_only_once_the_forward_is_done_and_says_how_long_it_takes():
+    cells = _code_cells()
+    train = next(c for c in cells if "tiny_model.train(" in c)
+    assert train.index("why_not_train()") < train.index("tiny_model.train("), train
+    # The text's CPU run is the code's.
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    text = " ".join(" ".join("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown")
+    assert "steps=300 if on_gpu else 10, batch=64 if on_gpu else 2" in train
+    assert "10 steps of 2 sequences, about 6 s of one CPU core" in text
+
+
+def test_the_stub_forward_stops_training_with_a_reason_that_names_it(monkeypatch, capsys):
+    serve(impl.load("forward", "student"), "forward", monkeypatch)
+    reason = backward_walks.why_not_train()
+    assert reason is not None and reason.startswith("forward.py is not done yet, and every training step calls it "
+                                                    "first"), reason
+    assert "backward" not in reason
+
+
+def test_the_training_verdict_blames_the_backward_only_once_the_forward_is_right():
+    assert backward_walks.training_verdict([2.0, 1.5], [2.0, 1.5]).startswith("PASS")
+    verdict = backward_walks.training_verdict([2.0, 1.5], [2.0, 1.7])
+    assert verdict.startswith("FAIL") and "checks.check_backward()" in verdict

@@ -1,13 +1,14 @@
 """Classic bugs of backward.py: see catalog.py for what a mutant is.
 
 ``loses`` is the fewest of backward's 20 points each must lose (the rule's floor, below what the grader measured)
-(tests/graded/test_backward.py: 16 points of ordinary use in eight cases of 2, five of them causal; 4 of corner
-cases: one token 1, scores near -100 2, head_dim 256 1). A bug that shows in ordinary use loses at least 10
-(docs/instructors.md, "Grading"); a bug of the causal mask alone shows in the five causal cases and the two
-causal corner cases, 12 points at most, so its floor is 10 too. backward_no_key_mask and backward_delta_fp16 are
-corner-case bugs: a key
-past the end left in P gives NaN only where every score is very negative, and D summed in fp16 shows only where D
-is large next to dP - D (head_dim 256, V and dO offset).
+(tests/graded/test_backward.py: 15 points of ordinary use in eight cases of 1.875, five of them causal; 5 of
+corner cases: one token 1, scores near -100 2, head_dim 256 1, the causal skip 1). A bug that shows in ordinary
+use loses at least 10 (docs/instructors.md, "Grading"); a bug of the causal mask alone shows in the five causal
+cases and the two causal corner cases, 11.375 points at most, so its floor is 10 too. backward_no_key_mask and
+backward_delta_fp16 are corner-case bugs: a key past the end left in P gives NaN only where every score is very
+negative, and D summed in fp16 shows only where D is large next to dP - D (head_dim 256, V and dO offset). The
+walks over every block (backward_dkdv_walks_every_block, backward_dq_walks_every_block) give right gradients at
+about twice the work: they lose the causal skip's 1 point and nothing else.
 """
 
 from mutants.catalog import _m
@@ -39,6 +40,14 @@ MUTANTS = [
     _m("backward_dkdv_starts_late", "backward.py",
        "under the causal mask the walk over query blocks starts one block late, past the key block's diagonal",
        (_DKDV_START, _DKDV_START + " + BLOCK_M"), loses=10),
+    _m("backward_dkdv_walks_every_block", "backward.py",
+       "under the causal mask the walk over query blocks starts at query block 0, not at the key block's diagonal: "
+       "right (the mask zeroes the queries before it) but it loads and computes blocks that add nothing",
+       (_DKDV_START, "start_m = 0"), loses=1),
+    _m("backward_dq_walks_every_block", "backward.py",
+       "under the causal mask the walk over key blocks runs to SEQ_LEN, past the query block's diagonal: right "
+       "(the mask zeroes the future keys) but it loads and computes blocks that add nothing",
+       (_DQ_END, "end_n = SEQ_LEN"), loses=1),
     _m("backward_dq_stops_early", "backward.py",
        "under the causal mask the walk over key blocks stops one block early, short of the query block's last row",
        (_DQ_END, _DQ_END + " - BLOCK_N"), loses=10),
