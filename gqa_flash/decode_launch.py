@@ -60,9 +60,10 @@ def _sm_count(device) -> int:
     return INTERPRETER_SMS if gpu is None else gpu[0]
 
 
-def default_num_splits(programs: int, max_seqlen: int, block_n: int, device) -> int:
-    """The split count the heuristic above picks for ``programs`` (batch x KV heads x row blocks)."""
-    sms = _sm_count(device)
+def default_num_splits(programs: int, max_seqlen: int, block_n: int, device=None, sms: int | None = None) -> int:
+    """The split count the heuristic above picks for ``programs`` (batch x KV heads x row blocks), on
+    ``device``'s GPU, or on a GPU of ``sms`` SMs (notebook 07 draws the H200's and the H100's)."""
+    sms = _sm_count(device) if sms is None else sms
     if programs >= sms:
         return 1
     return max(1, min(PROGRAMS_PER_SM * sms // programs, cdiv(max_seqlen, block_n)))

@@ -301,12 +301,7 @@ def split_counts(batch, context, kv_heads=8, sms=H200_SMS):
     one wave, and never more than key blocks. ``launched`` is what the launcher runs after rounding each
     chunk up to whole key blocks, which can leave a split fewer (33 wanted, 32 launched at batch 1, 32k).
     """
-    programs = batch * kv_heads
-    if programs >= sms:
-        wanted = 1
-    else:
-        wanted = max(1, min(decode_launch.PROGRAMS_PER_SM * sms // programs,
-                            cdiv(context, decode_launch.SPLIT_BLOCK_N)))
+    wanted = decode_launch.default_num_splits(batch * kv_heads, context, decode_launch.SPLIT_BLOCK_N, sms=sms)
     chunk = cdiv(cdiv(context, wanted), decode_launch.SPLIT_BLOCK_N) * decode_launch.SPLIT_BLOCK_N
     return wanted, cdiv(context, chunk)
 
