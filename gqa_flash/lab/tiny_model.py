@@ -13,6 +13,7 @@ the unsorted half.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -100,6 +101,23 @@ class TinyGQATransformer(nn.Module):
         return self.head(self.norm(x))
 
 
+@contextlib.contextmanager
+def one_cpu_thread(device):
+    """PyTorch's CPU ops on one thread while a tiny model trains on the CPU (then as before). Its tensors hold a few
+    thousand numbers: split over the cores, an op costs more than it saves. 100 steps of trained_model took 1.6-2.6 s
+    of CPU time on one thread and 13.7-16.4 s on two (4.4-6.9 s and 33-43 s of wall time on two busy cores,
+    2026-12); a laptop's many cores can make the difference larger."""
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def train(attention, steps=40, batch=16, digits=8, lr=3e-3, seed=0, device="cpu", dtype=torch.float32,
           cfg: Config | None = None, log_every=0):
     """Train from a fixed start on fixed batches; return the loss after each step."""
@@ -109,16 +127,17 @@ def train(attention, steps=40, batch=16, digits=8, lr=3e-3, seed=0, device="cpu"
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed + 1)
     losses = []
-    for step in range(steps):
-        inputs, targets = sorting_batch(batch, digits, gen, device)
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        if log_every and (step + 1) % log_every == 0:
-            print(f"step {step + 1:4d}  loss {loss.item():.4f}")
+    with one_cpu_thread(device):
+        for step in range(steps):
+            inputs, targets = sorting_batch(batch, digits, gen, device)
+            logits = model(inputs)
+            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            if log_every and (step + 1) % log_every == 0:
+                print(f"step {step + 1:4d}  loss {loss.item():.4f}")
     return losses
 
 
@@ -130,12 +149,13 @@ def trained_model(attention, steps=300, batch=64, digits=8, lr=3e-3, seed=0, dev
     model = TinyGQATransformer(cfg, attention).to(device=device, dtype=dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed + 1)
-    for _ in range(steps):
-        inputs, targets = sorting_batch(batch, digits, gen, device)
-        loss = F.cross_entropy(model(inputs).float().reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    with one_cpu_thread(device):
+        for _ in range(steps):
+            inputs, targets = sorting_batch(batch, digits, gen, device)
+            loss = F.cross_entropy(model(inputs).float().reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
     return model.eval()
 
 
@@ -159,15 +179,17 @@ def train_and_evaluate(attention, steps=600, batch=64, digits=8, lr=1e-3, seed=0
     gen, held_out = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 2)
     test_inputs, test_targets = sorting_batch(eval_batch, digits, held_out, device)
     history = []
-    for step in range(1, steps + 1):
-        inputs, targets = sorting_batch(batch, digits, gen, device)
-        loss = F.cross_entropy(model(inputs).float().reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if step % eval_every == 0 or step == 1:
-            model.eval()
-            digit_acc, seq_acc = accuracy(model, test_inputs, test_targets)
-            model.train()
-            history.append(dict(step=step, train_loss=loss.item(), digit_accuracy=digit_acc, sequence_accuracy=seq_acc))
+    with one_cpu_thread(device):
+        for step in range(1, steps + 1):
+            inputs, targets = sorting_batch(batch, digits, gen, device)
+            loss = F.cross_entropy(model(inputs).float().reshape(-1, VOCAB), targets.reshape(-1), ignore_index=-100)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if step % eval_every == 0 or step == 1:
+                model.eval()
+                digit_acc, seq_acc = accuracy(model, test_inputs, test_targets)
+                model.train()
+                history.append(dict(step=step, train_loss=loss.item(), digit_accuracy=digit_acc,
+                                    sequence_accuracy=seq_acc))
     return history
