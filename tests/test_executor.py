@@ -185,8 +185,17 @@ def test_on_a_gpu_the_interpreter_harnesses_go_to_a_sibling_with_the_gpu_hidden(
     monkeypatch.setattr(calls, "_gpu", lambda: False)
     assert calls.Executor(tree=tmp_path, kind="none").in_interpreter().interpreter is False
     monkeypatch.setattr(runtime, "INTERPRETER", False)
-    reply = executor_module.handle({"op": "score_tiles", "kwargs": {}})
-    assert reply["ok"] is False and "TRITON_INTERPRET=1" in reply["error"]["message"]
+    for kernel in ("forward", "backward"):
+        reply = executor_module.handle({"op": "score_tiles", "kernel": kernel, "kwargs": {}})
+        assert reply["ok"] is False and "TRITON_INTERPRET=1" in reply["error"]["message"]
+    reply = executor_module.handle({"op": "score_tiles", "kernel": "decode", "kwargs": {}})
+    assert reply["ok"] is False and "no kernel 'decode'" in reply["error"]["message"]
+    sent = []
+    monkeypatch.setattr(calls.Executor, "request", lambda self, message: sent.append((self, message)) or calls.Reply(
+        [{}, {}]))
+    monkeypatch.setattr(calls, "_gpu", lambda: True)
+    ex.score_tiles(kernel="backward", seq_len=40)
+    assert sent == [(sibling, {"op": "score_tiles", "kwargs": {"seq_len": 40}, "kernel": "backward"})]
 
 
 def test_the_interpreter_takes_a_loop_bound_computed_from_the_program_id():
