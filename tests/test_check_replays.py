@@ -80,6 +80,7 @@ EXPECTED_CAUSE = {
     "tiled_mask_off_by_one": "mask_diag",
     "tiled_no_causal_mask": "mask_none",
     "tiled_lse_without_max": "lse_log_l",
+    "tiled_lse_base_2": "lse_log2_l",
     "tiled_running_max_forgotten": "tile_max",
 }
 TILED_MUTANTS = [m for m in MUTANTS if m.name in EXPECTED_CAUSE]
