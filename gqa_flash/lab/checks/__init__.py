@@ -36,6 +36,8 @@ One module per lesson:
     kernel_parts.py   notebook 04: forward.py Parts 4-6 (update, mask, epilogue), each alone
     kernel.py         notebook 04: the whole kernel, and its error map
     backward.py       notebook 06 (bonus): backward.py
+    backward_walks.py notebook 06 (bonus): backward.py's walks (the rows each program walked, the causal skip
+                      counted) and whether training can run yet
     decode_parts.py   notebook 07 (bonus): decode.py's four parts, each alone
     decode.py         notebook 07 (bonus): flash_decode whole, through the public API
     decode_replays.py notebook 07 (bonus): decode.py's Parts 3 and 4 in float64, and their usual mistakes
