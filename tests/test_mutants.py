@@ -42,8 +42,12 @@ def test_each_mutant_is_a_small_edit_of_a_solution():
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """{mutant name or 'solutions': report}, graded os.cpu_count() at a time."""
+def graded(tmp_path_factory, request):
+    """{mutant name or 'solutions': report}, graded os.cpu_count() at a time: the solutions, and the mutants
+    whose tests this run selected (``-k backward`` grades backward.py's only)."""
+    chosen = {item.callspec.params["mutant"].name for item in request.session.items
+              if item.module is request.module and "mutant" in getattr(getattr(item, "callspec", None), "params", {})}
+    mutants = [m for m in MUTANTS if m.name in chosen]
     root = tmp_path_factory.mktemp("mutants")
     work = tmp_path_factory.mktemp("grading")  # the grader's copies: a folder of this test's own
     course = sandbox.snapshot()
@@ -52,7 +56,7 @@ def graded(tmp_path_factory):
     for path in SOLUTIONS.glob("*.py"):
         (solutions / path.name).write_text(path.read_text())
     jobs = [("solutions", solutions, None)]
-    for m in MUTANTS:
+    for m in mutants:
         folder = root / m.name
         folder.mkdir()
         # The other solution files too: a graded test may call into another module.
@@ -68,9 +72,9 @@ def graded(tmp_path_factory):
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         reports = dict(pool.map(run, jobs))
-    print(f"\ngraded {len(MUTANTS)} mutants and the solutions in {time.monotonic() - start:.0f} s")
+    print(f"\ngraded {len(mutants)} mutants and the solutions in {time.monotonic() - start:.0f} s")
     print(f"{'mutant':<42}{'module':<16}{'points lost':>12}  (floor)  first failure")
-    for m in MUTANTS:
+    for m in mutants:
         r = reports[m.name]
         first = next((t.message for t in r.tests if not t.passed), "")
         got, worth = sum(t.score for t in r.tests), sum(t.max_score for t in r.tests)
