@@ -119,3 +119,94 @@ def test_no_total_reads_out_of_0_when_some_modules_run():
         assert not re.search(r"/ 0\b", text), text
     assert "total 10 / 20 of the modules run (100 in the course)" in " ".join(grade.table(backward).split())
     assert backward.summary().startswith("gqa-flash: 10 / 20 points of the modules run")
+
+
+# --- points follow harm: O and the LSE are judged apart --------------------------------------------------------
+
+LN2 = 0.6931471805599453
+
+
+class _Answers:
+    """A stand-in for the executor that answers every graded call with the float64 reference (O in q's dtype),
+    its LSE and its O bent by ``lse`` and ``o``, and reports the work of an honest tile walk."""
+
+    def __init__(self, lse=lambda x: x, o=lambda x: x):
+        self.lse, self.o = lse, o
+
+    def call(self, name, q, k, v, *, causal=True, sm_scale=None, return_lse=False, **_):
+        import torch
+
+        from gqa_flash.grader.calls import Reply
+        from gqa_flash.reference import reference_attention
+
+        out, lse = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+        out, lse = self.o(out).to(q.dtype), self.lse(lse).to(torch.float32)
+        return Reply((out, lse) if return_lse else out, {"launches": 1, "products": 1, "largest": [1, 1]})
+
+    def score_tiles(self, seq_len, causal=True, **_):
+        from gqa_flash.testing import key_blocks_needed
+
+        config = {"BLOCK_M": 32, "BLOCK_N": 16}
+        counts = {f"{t},{bh}": key_blocks_needed(t, seq_len, 32, 16, causal)
+                  for t in range(-(-seq_len // 32)) for bh in range(2)}
+        return counts, config
+
+    def probe(self, function):
+        return None
+
+
+def _points_lost(part: str, answers: _Answers, monkeypatch) -> float:
+    """The points of tests/graded/test_<part>.py that ``answers`` lose, each test run as the grader runs it
+    (every case of a parametrized test, its points shared among them)."""
+    import importlib.util
+    import inspect
+    import itertools
+
+    from gqa_flash.grader import calls
+
+    monkeypatch.setattr(calls, "_student", answers)
+    spec = importlib.util.spec_from_file_location(f"graded_{part}_for_points", GRADED / f"test_{part}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lost = 0.0
+    for name, func in vars(module).items():
+        if not name.startswith("test_") or not callable(func):
+            continue
+        marks = getattr(func, "pytestmark", [])
+        points = next(m.args[0] for m in marks if m.name == "points")
+        axes = []
+        for mark in (m for m in marks if m.name == "parametrize"):
+            names = [n.strip() for n in mark.args[0].split(",")]
+            axes.append([dict(zip(names, value if len(names) > 1 else (value,))) for value in mark.args[1]])
+        cases = [dict(kv for d in combo for kv in d.items()) for combo in itertools.product(*axes)]
+        for case in cases:
+            if "seed" in inspect.signature(func).parameters:
+                case["seed"] = 0
+            try:
+                func(**case)
+            except AssertionError:
+                lost += points / len(cases)
+    return lost
+
+
+LSE_SHARE = {"tiled": 5, "forward": 8}  # the points of test_<part>_lse_natural_log: the LSE's share
+
+
+def test_the_lse_share_is_its_own_tests_points():
+    for part, share in LSE_SHARE.items():
+        tests = [(n, m) for f, n, m in graded_tests() if f == f"test_{part}.py"]
+        assert sum(m["points"] for n, m in tests if "lse" in n) == share, part
+        assert sum(m["points"] for _, m in tests) == {"tiled": 25, "forward": 40}[part], part
+
+
+def test_a_bug_in_the_lse_alone_loses_the_lse_share_and_no_more(monkeypatch):
+    # README, "How the points are shared": the LSE matters only to the backward pass and to merges, so an O
+    # that is right beside a wrong LSE loses the LSE's own tests; an O that is wrong loses at least half its part.
+    for part, share in LSE_SHARE.items():
+        assert _points_lost(part, _Answers(), monkeypatch) == 0, f"{part}: the stand-in answers are not right"
+        for bug, bend in (("in base 2", lambda lse: lse / LN2), ("in another batch's rows", lambda lse: lse.flip(0))):
+            lost = _points_lost(part, _Answers(lse=bend), monkeypatch)
+            assert lost == share, f"{part}: an LSE {bug}, with O right, loses {lost:g} points, not the LSE's {share}"
+        worth = {"tiled": 25, "forward": 40}[part]
+        lost = _points_lost(part, _Answers(o=lambda o: o * 1.01), monkeypatch)
+        assert lost >= worth / 2, f"{part}: an O 1% off loses {lost:g} of {worth} points, under half"

@@ -1,12 +1,15 @@
 """forward.py: the Triton FlashAttention forward kernel with GQA (40 points).
 
-Points follow harm (docs/instructors.md, "Grading"). 32 of the 40 points are ordinary use: every case there mixes
+Points follow harm (README, "How the points are shared"). 32 of the 40 points are ordinary use: every case there mixes
 grouped-query heads, a length that is not a multiple of the tiles, fp32 or fp16, a head dim that is
 often not a power of two, and K and V in different memory layouts, and runs both with and without the
-causal mask, asking for the LSE each time. A bug that shows in ordinary use fails most of those cases.
-The other 8 points are corner cases: one token, sharply peaked scores, head dim 256, skipping the key
-blocks past the diagonal, and two mistakes that only a probe of one helper shows on a CPU (a masked load
-with no ``other``; batch and head offsets in int32).
+causal mask, asking for O and the LSE each time. 24 of those points judge O alone, and the LSE's share, the 8
+of test_forward_lse_natural_log, judge O and then the LSE. The LSE matters only to the backward pass and to
+merges, so a bug in it alone (base 2, the max left out, the wrong rows), with O right, loses those 8 points
+and keeps the rest; a bug that shows in O fails most of the 32.
+The other 8 points are corner cases, judged on O: one token, sharply peaked scores, head dim 256, skipping
+the key blocks past the diagonal, and two mistakes that only a probe of one helper shows on a CPU (a masked
+load with no ``other``; batch and head offsets in int32).
 
 On a machine with no GPU the kernel runs in Triton's interpreter, so the shapes here stay small;
 tests/gpu/ runs the large ones and bf16 on a GPU.
@@ -23,8 +26,9 @@ F16, F32 = torch.float16, torch.float32
 
 
 def check(seed, causal=(True, False), sm_scale=None, dtype=F32, layout="contiguous", v_layout=None, qkv=None,
-          **shape):
-    """Run the kernel on one input, with and without the causal mask, and compare O and the LSE with float64."""
+          lse=False, **shape):
+    """Run the kernel on one input, with and without the causal mask, asking for O and the LSE; compare O, and
+    with ``lse`` the LSE too, with float64."""
     q, k, v = qkv if qkv is not None else random_qkv(dtype=dtype, layout=layout, v_layout=v_layout, seed=seed,
                                                      **shape)
     for c in causal:
@@ -35,11 +39,20 @@ def check(seed, causal=(True, False), sm_scale=None, dtype=F32, layout="contiguo
         result = reply.value
         assert reply.seen.get("launches", 0) > 0, "flash_attention_forward must launch the Triton kernel"
         layouts = f"layout {layout}" + (f", V layout {v_layout}" if v_layout and v_layout != layout else "")
-        assert_attention_matches(result, q, k, v, causal=c, sm_scale=sm_scale, return_lse=True,
-                                 context=case_context(seed, q, k, c, layouts))
+        assert_output_matches(lse, result, q, k, v, causal=c, sm_scale=sm_scale,
+                              context=case_context(seed, q, k, c, layouts))
 
 
-# --- ordinary use: 32 points ------------------------------------------------------------------------------
+def assert_output_matches(lse, result, q, k, v, *, causal, sm_scale, context):
+    """The verdict, against the float64 reference: on O alone, or with ``lse`` on O and then the LSE. O is the
+    output every call uses; the LSE is of use only beside a right O (the backward pass and merges take both), so
+    a right O beside a wrong LSE loses the LSE's tests alone."""
+    assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
+    assert_attention_matches(result if lse else result[0], q, k, v, causal=causal, sm_scale=sm_scale,
+                             return_lse=lse, context=context)
+
+
+# --- ordinary use: 32 points (24 on O, 8 on the LSE) ----------------------------------------------------
 
 
 GQA_CASES = [  # (Hq, Hkv, batch, N, D, dtype, K's layout, V's layout)
@@ -50,7 +63,7 @@ GQA_CASES = [  # (Hq, Hkv, batch, N, D, dtype, K's layout, V's layout)
 ]
 
 
-@pytest.mark.points(8)
+@pytest.mark.points(6)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", GQA_CASES, ids=[f"{c[0]}:{c[1]}" for c in GQA_CASES])
 def test_forward_gqa_heads(seed, case):
@@ -99,7 +112,7 @@ LAYOUT_CASES = [  # (Q and K's layout, V's layout, dtype, batch, N)
 ]
 
 
-@pytest.mark.points(8)
+@pytest.mark.points(6)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("layout,v_layout,dtype,batch,seq_len", LAYOUT_CASES,
                          ids=[f"{c[0]}-v_{c[1]}" for c in LAYOUT_CASES])
@@ -119,7 +132,7 @@ RAGGED_CASES = [  # (N, Hq, Hkv, D, dtype, V's layout): K contiguous
 ]
 
 
-@pytest.mark.points(8)
+@pytest.mark.points(6)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", RAGGED_CASES, ids=[f"n{c[0]}" for c in RAGGED_CASES])
 def test_forward_ragged_lengths(seed, case):
@@ -138,7 +151,7 @@ DTYPE_CASES = [  # (dtype, D, sm_scale, K's layout, V's layout)
 ]
 
 
-@pytest.mark.points(8)
+@pytest.mark.points(6)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", DTYPE_CASES, ids=[f"{str(c[0])[6:]}-d{c[1]}" for c in DTYPE_CASES])
 def test_forward_dtypes_head_dims_and_scales(seed, case):
@@ -147,6 +160,24 @@ def test_forward_dtypes_head_dims_and_scales(seed, case):
     dtype, head_dim, sm_scale, layout, v_layout = case
     check(seed, sm_scale=sm_scale, dtype=dtype, layout=layout, v_layout=v_layout, batch=2, n_q_heads=4,
           n_kv_heads=2, seq_len=41, head_dim=head_dim)
+
+
+LSE_CASES = [  # (Hq, Hkv, batch, N, D, dtype, K's layout, V's layout)
+    (8, 2, 2, 29, 24, F32, "contiguous", "bnhd"),
+    (6, 2, 2, 45, 80, F16, "strided", "padded"),
+]
+
+
+@pytest.mark.points(8)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", LSE_CASES, ids=[f"{c[0]}:{c[1]}-n{c[3]}" for c in LSE_CASES])
+def test_forward_lse_natural_log(seed, case):
+    # The LSE (the other tests judge O alone): LSE = log(sum_j exp(scaled score_ij)), the natural log (the
+    # kernel works in base 2), with the max carried, float32, [B, Hq, N]. Two batches, grouped heads and a
+    # ragged last tile: each row's LSE must land in its own batch, head and row.
+    n_q_heads, n_kv_heads, batch, seq_len, head_dim, dtype, layout, v_layout = case
+    check(seed, lse=True, dtype=dtype, layout=layout, v_layout=v_layout, batch=batch, n_q_heads=n_q_heads,
+          n_kv_heads=n_kv_heads, seq_len=seq_len, head_dim=head_dim)
 
 
 # --- corner cases: 8 points -------------------------------------------------------------------------------
@@ -164,7 +195,7 @@ def test_forward_one_token(seed):
 def test_forward_peaked_scores(seed, causal):
     # Sharply peaked attention: the scores of the first 64 keys are about 200
     # above all later ones. The running max must never fall (exp2 of a
-    # rescale factor of 2^288 overflows), and the LSE must carry the max.
+    # rescale factor of 2^288 overflows).
     check(seed, causal=(causal,), qkv=peaked_qkv(seed=seed, block=64))
 
 

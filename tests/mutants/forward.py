@@ -1,7 +1,9 @@
 """Classic bugs of forward.py: see catalog.py for what a mutant is.
 
-``loses``: 20 (half of forward's 40 points) for a bug that shows in ordinary use, which fails most of
-the ordinary-use cases of tests/graded/test_forward.py (measured: 29 to 37.5 points); a corner-case bug
+``loses``: 20 (half of forward's 40 points) for a bug that shows in O in ordinary use, which fails most of
+the ordinary-use cases of tests/graded/test_forward.py (measured: 30.5 to 37.5 points); 8, the LSE's share
+(test_forward_lse_natural_log), for a bug in the LSE alone, with O right (the base, the max, the rows it is
+stored in: measured 8, and 8.5 where the int64 probe of the LSE's stores sees it too); a corner-case bug
 loses what its one test is worth (a missing ``other`` 1, int32 offsets 0.5 each, walking past the
 diagonal 2). The three that a whole-kernel run on a CPU cannot show (no ``other``, int32 offsets in
 Parts 2 and 6) and V read with K's strides must also be named by notebook 04's checks:
@@ -68,7 +70,9 @@ MUTANTS = [
        ("visible = offs_n[None, :] < SEQ_LEN", "visible = offs_n[None, :] >= 0"), loses=20),
     # Part 6: the epilogue
     _m("forward_lse_base_2", "forward.py", "LSE left in base 2 (no * ln 2)",
-       ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log2(l_i)"), loses=20),
+       ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.log2(l_i)"), loses=8),
+    _m("forward_lse_without_max", "forward.py", "LSE = ln 2 * log2(l_i), forgetting the max",
+       ("lse = (m_i + tl.log2(l_i)) * 0.6931471805599453", "lse = tl.log2(l_i) * 0.6931471805599453"), loses=8),
     _m("forward_divides_twice", "forward.py", "divides by l_i twice",
        ("    o = acc / l_i[:, None]\n", "    o = acc / l_i[:, None] / l_i[:, None]\n"), loses=20),
     _m("forward_store_offsets_int32", "forward.py",
@@ -80,5 +84,5 @@ MUTANTS = [
     _m("forward_lse_batch_stride", "forward.py",
        "the LSE's batch offset taken with the head stride: every batch past the first writes the wrong rows",
        ("lse_base = LSE + batch_idx.to(tl.int64) * stride_lb", "lse_base = LSE + batch_idx.to(tl.int64) * stride_lh"),
-       loses=20),
+       loses=8),
 ]

@@ -1,4 +1,8 @@
-"""Classic bugs of tiled.py: see catalog.py for what a mutant is."""
+"""Classic bugs of tiled.py: see catalog.py for what a mutant is.
+
+``loses``: 12.5 (half of tiled's 25 points) for a bug that shows in O in ordinary use; 5, the LSE's share
+(test_tiled_lse_natural_log), for a bug in the LSE alone; 4 for a walk that is right but does twice the work.
+"""
 
 from mutants.catalog import _m
 
@@ -14,8 +18,11 @@ MUTANTS = [
        ("future = k_idx[None, :] > q_idx[:, None]", "future = k_idx[None, :] >= q_idx[:, None]"), loses=12.5),
     _m("tiled_no_causal_mask", "tiled.py", "mask never applied: only the skipped tiles are causal",
        ('return s.masked_fill(future, float("-inf"))', "return s"), loses=12.5),
+    # The LSE alone, with O right: they lose the LSE's test, 5 of the 25 points, and keep O's 20.
     _m("tiled_lse_without_max", "tiled.py", "LSE = log(l_i), forgetting the max",
-       ("lse_rows = m_i + torch.log(l_i)", "lse_rows = torch.log(l_i)"), loses=12.5),
+       ("lse_rows = m_i + torch.log(l_i)", "lse_rows = torch.log(l_i)"), loses=5),
+    _m("tiled_lse_base_2", "tiled.py", "LSE with log2 where the natural log belongs (the kernel's base carried over)",
+       ("lse_rows = m_i + torch.log(l_i)", "lse_rows = m_i + torch.log2(l_i)"), loses=5),
     _m("tiled_running_max_forgotten", "tiled.py",
        "m_new is the tile's max, not max(m_i, tile max): NaN on a fully masked row, overflow when scores fall",
        ("m_new = torch.maximum(m_i, s.amax(dim=-1))", "m_new = s.amax(dim=-1)"), loses=12.5),
