@@ -49,10 +49,15 @@ submission: setup
 GRADE_SUBMISSIONS_ARGS = $(strip $(SUBMISSIONS) $(if $(strip $(CSV)),--csv "$(strip $(CSV))") \
   $(if $(strip $(OUT)),--out "$(strip $(OUT))") $(if $(strip $(JOBS)),--jobs $(strip $(JOBS))) \
   $(if $(strip $(MODULE)),--only "$(strip $(MODULE))") $(ARGS) $(if $(strip $(REGRADE)),--regrade $(REGRADE)))
+# (Whether any were named is make's question, not the shell's: a name quoted inside the value would split
+# a shell test.)
 grade-submissions: setup
-	@test -n "$(strip $(SUBMISSIONS)$(REGRADE))" || { echo "make grade-submissions: say which, e.g." \
-	  "SUBMISSIONS=alice.zip, or SUBMISSIONS='submissions/*' CSV=grades.csv OUT=results/"; exit 2; }
+ifeq ($(strip $(SUBMISSIONS)$(REGRADE)),)
+	@echo "make grade-submissions: say which, e.g. SUBMISSIONS=alice.zip, or SUBMISSIONS='submissions/*'" \
+	  "CSV=grades.csv OUT=results/"; exit 2
+else
 	$(BIN)/python -m gqa_flash.grader $(GRADE_SUBMISSIONS_ARGS)
+endif
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -46,6 +46,21 @@ def test_make_grade_submissions_asks_which_when_given_none():
     assert done.returncode == 2 and "make grade-submissions: say which, e.g. SUBMISSIONS=alice.zip" in done.stdout, done
 
 
+def test_make_grade_submissions_takes_a_name_with_spaces_as_the_docs_write_it(tmp_path):
+    """The documented SUBMISSIONS='"José García.zip"' once failed before the grader ran ("test: José: unexpected
+    operator", then "say which"): the recipe's own shell test split the quoted value. The grader must get the
+    name whole (here a stand-in python prints the arguments it got, one a line)."""
+    fake = tmp_path / "venv"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "bin" / "python").write_text('#!/bin/sh\nfor a in "$@"; do echo "arg:$a"; done\n')
+    (fake / "bin" / "python").chmod(0o755)
+    done = _make("-o", f"{fake}/.installed", "grade-submissions", f"VENV={fake}",
+                 "SUBMISSIONS=\"José García.zip\" bob.zip", "CSV=grades.csv")
+    assert done.returncode == 0, done.stdout + done.stderr
+    args = [line[4:] for line in done.stdout.splitlines() if line.startswith("arg:")]
+    assert args == ["-m", "gqa_flash.grader", "José García.zip", "bob.zip", "--csv", "grades.csv"], done.stdout
+
+
 @pytest.mark.timeout(300)
 def test_make_grade_submissions_grades_from_a_fresh_shell(tmp_path):
     """A TA's shell: no virtual environment active, none on PATH. One submission, naive only, graded in full."""
