@@ -215,6 +215,29 @@ def test_the_interpreter_takes_a_loop_bound_computed_from_the_program_id():
     assert out.tolist() == [1, 2, 3]
 
 
+def test_a_venv_reached_through_a_link_runs_in_the_sandbox(tmp_path):
+    """An instructor's .venv may be a link to a venv elsewhere: the sandbox showed the venv only at its real
+    path, so the executor, started by the linked path, was not found ("execvp .../.venv/bin/python: No such
+    file or directory") and grading fell back to no isolation."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gqa_flash import layout
+
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("not run from a virtual environment")
+    if not isolation.bwrap_works():
+        pytest.skip(f"no bubblewrap here: {isolation.bwrap_problem()}")
+    link = tmp_path / ".venv"
+    link.symlink_to(Path(sys.prefix).resolve())
+    done = subprocess.run([str(link / "bin" / "python"), "-c", "from gqa_flash.grader import isolation as i; "
+                           "print(i._python_links(), i.bwrap_problem())"], capture_output=True, text=True,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(layout.COURSE_DIR)},
+                          timeout=60)
+    assert done.stdout.strip().endswith("None") and str(link) in done.stdout, done.stdout + done.stderr
+
+
 def test_bubblewrap_runs_here_in_ci():
     """CI installs bubblewrap (make test does): the sandbox must then really run, not fall back silently."""
     import os

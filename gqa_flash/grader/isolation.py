@@ -147,6 +147,17 @@ def _program_dirs() -> list[str]:
     return sorted(dirs)
 
 
+def _python_links() -> list[tuple[str, str]]:
+    """(path, real path) of the running Python's prefixes where the path goes through a link: the executor is
+    started as sys.executable, so that path must lead to the Python in the sandbox too."""
+    links = {}
+    for prefix in {sys.prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))}:
+        path, real = os.path.abspath(prefix), os.path.realpath(prefix)
+        if path != real and not path.startswith("/usr/"):
+            links[path] = real
+    return sorted(links.items())
+
+
 def bwrap_prefix(tree: Path) -> list[str]:
     """bubblewrap's command line up to the program: the namespaces and the file system (see the docstring)."""
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
@@ -164,6 +175,8 @@ def bwrap_prefix(tree: Path) -> list[str]:
     for d in _python_dirs():
         if not str(d).startswith("/usr/"):
             args += ["--ro-bind", str(d), str(d)]
+    for link, real in _python_links():  # a venv reached through a link (.venv -> /elsewhere/venv): the same link
+        args += ["--symlink", real, link]
     for dev in sorted(Path("/dev").glob("nvidia*")):  # a GPU, where there is one
         args += ["--dev-bind", str(dev), str(dev)]
     if any(Path("/dev").glob("nvidia*")):  # Triton's compiler, where it is not under /usr
