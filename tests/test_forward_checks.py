@@ -78,12 +78,8 @@ def test_the_checks_pass_on_the_solution(monkeypatch):
 # the tile's own 64-bit addresses (it said "0 of 100 elements read at the wrong address", and failed); the
 # masked-lanes probe names the missing mask (it said "the masked entries do not read 0").
 UNMASKED = ("forward_load_unmasked", "forward_head_dim_padding_unmasked")
-_NEEDS_KERNEL_WALK = pytest.mark.xfail(
-    strict=True, reason="issue 47: needs the change to gqa_flash/lab/checks/kernel_walk.py's two Part 2 probes "
-                        "(remove this mark with it)")
 
 
-@_NEEDS_KERNEL_WALK
 @pytest.mark.parametrize("name", UNMASKED)
 def test_the_int64_probe_judges_the_tiles_own_addresses(monkeypatch, tmp_path, name):
     module = next(m for m in MUTANTS if m.name == name).imported(tmp_path)
@@ -91,7 +87,6 @@ def test_the_int64_probe_judges_the_tiles_own_addresses(monkeypatch, tmp_path, n
     assert kernel_walk.load_tile_offsets_problem() is None  # its offsets are the 64-bit ones
 
 
-@_NEEDS_KERNEL_WALK
 @pytest.mark.parametrize("name", UNMASKED)
 def test_the_masked_lanes_probe_names_a_missing_mask(monkeypatch, tmp_path, name):
     module = next(m for m in MUTANTS if m.name == name).imported(tmp_path)
