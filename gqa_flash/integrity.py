@@ -29,8 +29,7 @@ while it runs, and so, in the interpreter, is starting a thread (the modes are
 per thread). It runs in the executor (gqa_flash.grader.executor), beside the
 student's code, which could patch it there; the static gate (gqa_flash.grader.gate)
 refuses every line that could, and a patched guard changes no verdict: the
-judge compares the outputs in a process of its own (docs/instructors.md, "What
-the grader does not stop").
+judge compares the outputs in a process of its own (gqa_flash/grader/executor.py).
 """
 
 from __future__ import annotations

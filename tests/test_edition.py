@@ -117,9 +117,6 @@ DOC_CITED = re.compile(r"(?<![\w./-])docs/[\w./-]*\w")  # docs/instructors.md, d
 README_CITED = re.compile(r"\bREADME(?:\.md)?,? \(?\"([^\"]+)\"")  # (README.md, "How the points are shared")
 
 
-@pytest.mark.xfail(strict=True, reason="until tests/graded/test_{forward,backward,decode,ring,tiled}.py cite "
-                   "(README.md, \"How the points are shared\") and gqa_flash/integrity.py gqa_flash/grader/executor.py "
-                   "instead of docs/instructors.md (issue 47); then remove this mark")
 def test_every_doc_a_shipped_file_cites_is_in_the_edition(student_edition):
     """The edition's graded tests once cited docs/instructors.md, which stays with the instructor: a student
     reading "Points follow harm (docs/instructors.md, ...)" found no such file. Every docs/ path that a file of

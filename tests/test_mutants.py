@@ -6,8 +6,9 @@ modules would just add their startup time), several at a time; the
 solutions, graded alongside, must score 100.
 
 Each mutant must lose at least its ``loses`` points (the catalog says how
-many, by the rule in docs/instructors.md's grading section: a bug that shows in
-ordinary use loses at least half its part), and always at least one test's.
+many, by the rule in README.md's "How the points are shared": a bug that shows in
+ordinary use loses at least half its part; a bug in the LSE alone, the LSE's share),
+and always at least one test's.
 
 A mutant that keeps all its points is a hole in the graded tests: the
 catalog marks it ``survives`` (why), and its test here is a strict expected

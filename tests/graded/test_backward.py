@@ -7,7 +7,7 @@ the forward's points, not these too. The kernels must do the work: inside the ca
 PyTorch's attention, softmax and matrix products are off limits, and at least one
 Triton kernel must be launched.
 
-Points follow harm (docs/instructors.md, "Grading"). Ordinary use carries 15 of the 20 points:
+Points follow harm (README.md, "How the points are shared"). Ordinary use carries 15 of the 20 points:
 eight cases, each mixing GQA (Hq > Hkv; MHA and MQA once each), a length that is
 not a multiple of the tiles, causal or not, fp32 or fp16, and a contiguous or
 non-contiguous layout (q, k, v, O and dO alike). Corner cases share the other 5:

@@ -8,7 +8,7 @@ outside the pool, and compares O and the LSE with the float64 reference
 machine with no GPU the kernels run in Triton's interpreter, so the shapes
 stay small.
 
-Points follow harm (docs/instructors.md, "Grading"). Ordinary decoding carries 12 of the
+Points follow harm (README.md, "How the points are shared"). Ordinary decoding carries 12 of the
 15 points, in six cases that each mix what a serving batch holds at once: GQA
 groups, ragged lengths in one batch, several splits (so that a short
 sequence's later splits are empty), the LSE, fp32 or fp16, and the same batch
