@@ -1,8 +1,8 @@
 """Bonus: ring.py, ring attention over a sequence split across processes (10 bonus points, beyond the 100).
 
 Points follow harm (README.md, "How the points are shared"). The ring itself carries 5.5 of the 10:
-gqa_flash.ring_attention on 2 (2 points) and then 3 (3.5) gloo processes on this machine's CPU (each rank's shards of fresh random Q, K, V;
-both layouts, causal and not; GQA 4:2 and MHA; head dims 16 and 24), put back together and compared with the
+gqa_flash.ring_attention on 2 (2 points) and then 3 (3.5) gloo processes on this machine's CPU (each rank's
+shards of fresh random Q, K, V; both layouts, causal and not; GQA 4:2 and MHA; head dims 16 and 24), put back together and compared with the
 float64 reference of the whole sequence. A wrong pair or mask or a wrong merge fails both; a ring turning the
 wrong way only the second (on 2 ranks both ways are the same). Each part alone shares the other 4.5, tested
 against the models of notebook 08's checks (gqa_flash/lab/checks/ring.py: none of them ring.py's code): the
