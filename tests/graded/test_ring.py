@@ -2,15 +2,15 @@
 
 Points follow harm (README.md, "How the points are shared"). The ring itself carries 5.5 of the 10:
 gqa_flash.ring_attention on 2 (2 points) and then 3 (3.5) gloo processes on this machine's CPU (each rank's
-shards of fresh random Q, K, V; both layouts, causal and not; GQA 4:2 and MHA; head dims 16 and 24), put back together and compared with the
-float64 reference of the whole sequence. A wrong pair or mask or a wrong merge fails both; a ring turning the
-wrong way only the second (on 2 ranks both ways are the same). Each part alone shares the other 4.5, tested
-against the models of notebook 08's checks (gqa_flash/lab/checks/ring.py: none of them ring.py's code): the
-source of every rank at every step of rings of 1 to 6 ranks, the ring replayed block by block (1.5), the pairs
-of both layouts found position by position (1.5), and the merge of rows that saw both blocks, one, or none,
-against float64 attention over both blocks at once (1.5). So every mutant of tests/mutants/ring.py loses at
-least half. The work must be ring.py's own (gqa_flash.integrity), in every process.
-"""
+shards of fresh random Q, K, V; both layouts, causal and not; GQA 4:2 and MHA; head dims 16 and 24), put back
+together and compared with the float64 reference of the whole sequence. A wrong pair or mask or a wrong merge
+fails both; a ring turning the wrong way only the second (on 2 ranks both ways are the same). Each part alone
+shares the other 4.5, tested against the models of notebook 08's checks (gqa_flash/lab/checks/ring.py: none of
+them ring.py's code): the source of every rank at every step of rings of 1 to 6 ranks, the ring replayed block
+by block (1.5), the pairs of both layouts found position by position (1.5), and the merge of rows that saw both
+blocks, one, or none, against float64 attention over both blocks at once (1.5). So every mutant of
+tests/mutants/ring.py loses at least half. The work must be ring.py's own (gqa_flash.integrity), in every
+process."""
 
 import pytest
 import torch
