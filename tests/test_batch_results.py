@@ -267,6 +267,12 @@ def test_the_csv_says_why_each_part_lost_points():
                                              integrity=True), files=["naive.py"])
     assert report.lost(zeroed) == "naive.py 10/20: scored 0: not the student's own work (the integrity column)"
     assert report.lost(grade.Report("x", tests=results("naive", [True], 20))) == ""
+    # The same NaN output at other shapes is one failure, not "1 of 8 tests; 5 more failed otherwise"
+    nan = [f"AssertionError: O: first wrong at batch 0, head 0, row 0, col 0: got nan, expected 0.{i}1 "
+           f"({64 * i} of {64 * i} entries wrong)" for i in range(1, 7)]
+    shapes = grade.Report("x", tests=results("forward", [True, True] + nan, 40), files=["forward.py"])
+    assert report.lost(shapes).endswith("(6 of 8 tests)"), report.lost(shapes)
+    assert "expected 0.11 (64 of 64 entries wrong)" in report.lost(shapes)
 
 
 def test_text_is_cut_at_a_sentence_or_a_word_with_an_ellipsis():

@@ -89,3 +89,25 @@ def test_every_graded_test_fails_on_the_stubs_when_run(tmp_path):
     passed = [t.id for t in report.tests if t.passed]
     assert not passed, f"graded tests that pass on the stubs (skipping them would cost their points): {passed}"
     assert report.score == 0 and all(t.not_started for t in report.tests), grade.table(report)
+
+
+def test_a_file_not_handed_in_is_named_so_not_not_started():
+    """A submission without online_softmax.py is graded as its stub; what the student reads (the table's verdict,
+    Gradescope's entry) once said "not started (still the stub you were given)", only a note saying the file
+    was missing. Unit level: the marking, with no test run."""
+    from gqa_flash.grader import report as report_module
+    from gqa_flash.grader.testrun import TestResult
+
+    def result(part, i):
+        return TestResult(id=f"tests/graded/test_{part}.py::t[{i}]", part=part, name=f"t[{i}]", max_score=5,
+                          passed=False, message="failed")
+
+    tests = [result("online_softmax", i) for i in range(3)] + [result("tiled", i) for i in range(2)]
+    files = {"tiled.py": STUBS["tiled.py"].encode()}  # online_softmax.py not handed in, tiled.py still the stub
+    assert started.mark_not_started(tests, files) == ["online_softmax", "tiled"]
+    missing, stub = tests[:3], tests[3:]
+    assert report_module.verdict(missing) == report_module.NOT_HANDED_IN
+    assert report_module.verdict(stub) == NOT_STARTED
+    entry = gradescope._not_started(missing)
+    assert entry["name"].endswith("not handed in") and "was not handed in" in entry["output"], entry
+    assert gradescope._not_started(stub)["name"].endswith("not started")

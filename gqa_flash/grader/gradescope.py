@@ -92,15 +92,19 @@ def _name(test, name: str | None = None) -> str:
 def _not_started(tests) -> dict:
     """One entry for a module still holding its stub: its points, and what to do."""
     from gqa_flash.grader.report import total  # report imports this module
+    from gqa_flash.grader.report import NOT_HANDED_IN
+
     first = tests[0]
+    missing = first.message == NOT_HANDED_IN
+    what = (f"{first.part}.py was not handed in: it is graded as the stub you were given" if missing else
+            f"{first.part}.py is not started: it is the stub you were given")
     return dict(
-        name=_name(first, "not started"),
+        name=_name(first, "not handed in" if missing else "not started"),
         score=0,
         max_score=total(t.max_score for t in tests),
         status="failed",
-        output=(f"{first.part}.py is not started: it is the stub you were given (or it was not submitted), so none "
-                f"of its {len(tests)} tests can pass." + (" It is a bonus: its points come on top of the 100."
-                                                          if first.bonus else "")),
+        output=(f"{what}, so none of its {len(tests)} tests can pass."
+                + (" It is a bonus: its points come on top of the 100." if first.bonus else "")),
         visibility="visible",
     )
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from gqa_flash.grader.testrun import TestResult
 
 NOT_STARTED = "not started (still the stub you were given)"
+NOT_HANDED_IN = "not handed in (graded as the stub you were given)"  # a graded file the submission lacks
 NOT_GRADED = "not graded"  # the one test of each part of a submission that held nothing to grade (Report.stop)
 NOTHING_GRADED = "nothing graded: "  # how the review column begins for such a submission
 
@@ -62,7 +63,7 @@ def verdict(tests: list[TestResult]) -> str:
     if all(t.name == NOT_GRADED for t in tests):
         return "not graded (see the note)"
     if all(t.not_started for t in tests):
-        return NOT_STARTED
+        return NOT_HANDED_IN if tests[0].message == NOT_HANDED_IN else NOT_STARTED
     failed = sum(not t.passed for t in tests)
     if not failed:
         return f"passed ({len(tests)} test{'s' * (len(tests) != 1)})"
@@ -234,14 +235,18 @@ def lost(report: Report) -> str:
     return " | ".join(reasons)
 
 
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
 def _why_failed(failed: list[TestResult], n: int) -> str:
-    """The failure most of these tests share, clipped, and how many tests it stands for."""
+    """The failure most of these tests share, clipped, and how many tests it stands for. Messages that differ
+    only in their numbers (the same NaN output at other shapes) are one failure; the first one stands for it."""
     ran = [t for t in failed if not t.message.startswith(NOT_RUN)] or failed
-    messages: dict[str, int] = {}
+    kinds: dict[str, list] = {}
     for t in ran:
         message = mend(t.message) or "failed"
-        messages[message] = messages.get(message, 0) + 1
-    message, same = max(messages.items(), key=lambda kv: kv[1])  # the first of the most common
+        kinds.setdefault(_NUMBERS.sub("#", message), [message, 0])[1] += 1
+    message, same = max(kinds.values(), key=lambda kind: kind[1])  # the first of the most common
     count = f"all {n} tests" if same == n > 1 else f"{same} of {n} test{'s' * (n != 1)}"
     others = len(ran) - same
     not_run = len(failed) - len(ran)

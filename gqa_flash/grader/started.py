@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gqa_flash import layout
-from gqa_flash.grader.report import NOT_STARTED
+from gqa_flash.grader.report import NOT_HANDED_IN, NOT_STARTED
 
 if TYPE_CHECKING:  # testrun imports this module
     from gqa_flash.grader.testrun import TestResult
@@ -105,7 +105,7 @@ def mark_not_started(tests: list[TestResult], files: dict[str, bytes], graded_fi
         name = f"{part}.py"
         tests_of = [t for t in tests if t.part == part and not t.hidden]
         if name in graded_files and not any(t.passed for t in tests_of) and not_started(name, files.get(name), prints):
-            for t in tests_of:
-                t.not_started, t.message = True, NOT_STARTED
+            for t in tests_of:  # a file the submission lacks is graded as its stub: it says which it was
+                t.not_started, t.message = True, NOT_STARTED if name in files else NOT_HANDED_IN
             marked.append(part)
     return marked
