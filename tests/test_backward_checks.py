@@ -134,6 +134,26 @@ def test_the_walk_problem_counts_the_blocks_past_the_diagonal():
     assert testing.backward_walk_problem({"dkdv": {}, "dq": {}}, CONFIG, 100, 1, 1)["kind"] == "none"
 
 
+@pytest.mark.parametrize("part,where,hint", [
+    (2, "key block 2's program (keys 32-47) visited all 4 query blocks (0-3), where it needs 3: query blocks 1-3 "
+        "(rows 32-99). It should skip query block 0 (rows 0-31), which lies entirely above the diagonal",
+     "start the loop over query blocks at query block 1 (row 32), the one that holds this key block's first key"),
+    (4, "query block 0's program (rows 0-31) visited all 7 key blocks (0-6), where it needs 2: key blocks 0-1 "
+        "(keys 0-31). It should skip key blocks 2-6 (keys 32-99), which lie entirely above the diagonal",
+     "end the loop over key blocks after key block 1, the one that holds this query block's last row (31): stop "
+     "at key 32"),
+])
+def test_a_walk_over_every_block_is_told_in_blocks(part, where, hint, monkeypatch):
+    # It said "computed 8 score tiles where its causal walk computes 6: query blocks 1-3 (rows 32 on), at 2 a block
+    # as key block 0's program computes them": counted the same way, told as blocks visited and blocks needed.
+    every = _counts(lambda j: 0, lambda t: 7)
+    monkeypatch.setattr(testing, "backward_score_tiles_per_program", lambda **kw: (every, CONFIG))
+    verdict = backward_walks.skip_verdict(part)
+    assert not verdict.ok and verdict.what.startswith(f"backward.py Part {part}"), verdict
+    assert verdict.where.startswith(where) and verdict.hint.startswith(hint), verdict
+    assert "score tile" not in verdict.where + verdict.hint and "tl." not in verdict.where, verdict
+
+
 @pytest.mark.timeout(300)
 def test_the_solutions_skip_and_a_walk_over_every_block_does_not():
     counts, config = testing.backward_score_tiles_per_program(seq_len=70, head_dim=40, n_q_heads=4, n_kv_heads=2)

@@ -146,8 +146,66 @@ def skip_verdict(part):
     if problem["kind"] == "none":
         return fail("backward", part, f"{right}, but the graded test counts no score tile", where=problem["where"],
                     hint=problem["fix"], extra=dict(RIGHT))
-    return fail("backward", part, f"{right}, but the causal walk visits blocks past the diagonal",
-                where=problem["where"], cause=SKIP_CAUSE[part], hint=problem["fix"], extra=dict(RIGHT))
+    where, hint = _skip_words(part, counts, config, _SKIP_CASE["seq_len"]) or (problem["where"], problem["fix"])
+    return fail("backward", part, f"{right}, but the causal walk visits blocks the causal mask hides entirely",
+                where=where, cause=SKIP_CAUSE[part], hint=hint, extra=dict(RIGHT))
+
+
+def _span(kind, first, last, unit, lo, hi):
+    """'query block 0 (rows 0-31)' or 'key blocks 2-6 (keys 32-99)'."""
+    blocks = f"{kind} block {first}" if first == last else f"{kind} blocks {first}-{last}"
+    return f"{blocks} ({unit} {lo}-{hi})"
+
+
+def _skip_words(part, counts, config, seq_len):
+    """(where, hint) in blocks, for the program ``testing.backward_walk_problem`` blames (the first, in its order,
+    that computes more score tiles than its causal walk needs; counted the same way): which blocks it visited that
+    it should have skipped, how many it visited and needed, and where its loop must start (dK/dV) or end (dQ).
+    None when no program does."""
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    n_m, n_n = -(-seq_len // bm), -(-seq_len // bn)
+    kernel, whole, full = ("dkdv", 0, n_m) if part == 2 else ("dq", n_m - 1, n_n)
+    programs = counts.get(kernel) or {}
+    for program, got in sorted(programs.items(), key=lambda item: [int(i) for i in item[0].split(",")]):
+        block, head, batch = (int(i) for i in program.split(","))
+        per_block = programs.get(f"{whole},{head},{batch}", 0) / full  # score tiles a block, as the graded test
+        if part == 2:
+            need = testing.query_blocks_needed(block, seq_len, bm, bn)
+        else:
+            need = testing.key_blocks_needed(block, seq_len, bm, bn)
+        if per_block == 0 or not got > per_block * need + 1e-9:
+            continue
+        visited, total = got / per_block, (n_m if part == 2 else n_n)
+        if part == 2:  # key block `block`: query blocks first..n_m-1 see its keys
+            first, lo, hi = n_m - need, block * bn, min((block + 1) * bn, seq_len) - 1
+            owner = f"key block {block}'s program (keys {lo}-{hi})"
+            needed = _span("query", first, n_m - 1, "rows", first * bm, seq_len - 1)
+            extra = _span("query", 0, first - 1, "rows", 0, first * bm - 1)
+            many = first > 1
+            why = f"each of {'their' if many else 'its'} rows comes before key {lo}, this key block's first key"
+            hint = (f"start the loop over query blocks at query block {first} (row {first * bm}), the one that holds "
+                    f"this key block's first key (key {lo}), not at query block 0: the first key's index rounded down "
+                    "to a multiple of BLOCK_M. The loop still runs to SEQ_LEN")
+            walked = "query blocks"
+        else:  # query block `block`: key blocks 0..need-1 hold the keys its rows see
+            lo, hi = block * bm, min((block + 1) * bm, seq_len) - 1
+            owner = f"query block {block}'s program (rows {lo}-{hi})"
+            needed = _span("key", 0, need - 1, "keys", 0, min(need * bn, seq_len) - 1)
+            extra = _span("key", need, n_n - 1, "keys", need * bn, seq_len - 1)
+            many = n_n - need > 1
+            why = f"each of {'their' if many else 'its'} keys comes after row {hi}, this query block's last row"
+            hint = (f"end the loop over key blocks after key block {need - 1}, the one that holds this query block's "
+                    f"last row ({hi}): stop at key {min(need * bn, seq_len)}, (q_block_idx + 1) * BLOCK_M or SEQ_LEN "
+                    "if that comes first, not at SEQ_LEN")
+            walked = "key blocks"
+        visits = (f"all {total} {walked} (0-{total - 1})" if abs(visited - total) < 1e-9
+                  else f"{visited:g} of the {total} {walked}")
+        where = (f"{owner} visited {visits}, where it needs {need}: {needed}. It should skip "
+                 f"{extra}, which {'lie' if many else 'lies'} entirely above the diagonal ({why}, so the causal "
+                 f"mask hides every (query, key) pair in {'them' if many else 'it'}; SEQ_LEN {seq_len}, BLOCK_M "
+                 f"{bm}, BLOCK_N {bn})")
+        return where, hint
+    return None
 
 
 # --------------------------------------------------------------------------
