@@ -17,7 +17,7 @@ from gqa_flash import impl, runtime
 from gqa_flash.lab.checks import kernel_parts, kernel_walk, probes
 
 sys.path.insert(0, str(Path(__file__).parent))
-from mutants.catalog import MUTANTS  # noqa: E402
+from mutants.catalog import MUTANTS, _m  # noqa: E402
 
 SOLUTION = impl.SOLUTIONS_DIR / "forward.py"
 pytestmark = [
@@ -35,7 +35,7 @@ NAMED = {
     "forward_store_offsets_int32": (6, ["32-bit integers", "O", "to(tl.int64)"]),
     "forward_strides_swapped": (2, ["wrong addresses"]),
     "forward_head_dim_padding_unmasked": (2, ["columns past n_cols are loaded"]),
-    "forward_load_unmasked": (2, ["rows past n_rows are loaded"]),
+    "forward_load_unmasked": (2, ["the load has no mask at all"]),
     "forward_causal_walks_past_diagonal": (3, ["blocks after the diagonal"]),
     "forward_unmasked_phase_takes_the_diagonal": (3, ["without the mask"]),
     "forward_non_causal_drops_ragged_block": (3, ["never visited"]),
@@ -94,3 +94,33 @@ def test_the_masked_lanes_probe_names_a_missing_mask(monkeypatch, tmp_path, name
     problem = kernel_walk.load_tile_masked_lanes_problem()
     assert problem is not None and "not masked" in problem["message"], problem
     assert "mask the load" in problem["hint"], problem
+
+
+# A load with no mask at all said "likely cause: rows past n_rows are loaded: rows 21.. ..." while its "where"
+# pointed at column 20: which of the two masks is missing is told apart, and "where" shows the entries it means.
+_ROWS_ONLY = _m("forward_load_rows_unmasked", "forward.py", "the columns are masked, the rows are not",
+                ("in_bounds = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)",
+                 "in_bounds = cols[None, :] < n_cols"))
+MISSING_MASKS = {  # mutant -> (the cause's start, words of its hint, the entries "where" shows)
+    "forward_load_unmasked": (
+        "the load has no mask at all: neither the rows nor the columns are masked, so rows 21.. (the ragged last "
+        "tile) and columns 20..", "rows < n_rows and columns < n_cols",
+        ["tile row 5 (sequence row 21), column 0: got 777", "tile row 0 (sequence row 16), column 20: got 777"]),
+    "forward_head_dim_padding_unmasked": (
+        "columns past n_cols are loaded: the rows are masked but the columns are not, so columns 20..",
+        "mask the columns too", ["tile row 0 (sequence row 16), column 20: got 777"]),
+    "forward_load_rows_unmasked": (
+        "rows past n_rows are loaded: the columns are masked but the rows are not, so rows 21..",
+        "mask the rows too", ["tile row 5 (sequence row 21), column 0: got 777"]),
+}
+
+
+@pytest.mark.parametrize("name", list(MISSING_MASKS))
+def test_the_missing_mask_is_named_rows_columns_or_both(monkeypatch, tmp_path, name):
+    mutant = _ROWS_ONLY if name == _ROWS_ONLY.name else next(m for m in MUTANTS if m.name == name)
+    module = mutant.imported(tmp_path)
+    monkeypatch.setattr(probes, "load", lambda _: module)
+    cause, hint, entries = MISSING_MASKS[name]
+    verdict = kernel_walk.check_load_tile.verdict()
+    assert not verdict.ok and verdict.cause.startswith(cause) and hint in verdict.hint, verdict
+    assert verdict.where.split(": ", 1)[1] == "; ".join(f"{e}, expected 0" for e in entries), verdict

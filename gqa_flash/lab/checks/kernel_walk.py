@@ -110,6 +110,32 @@ def _strided_tensor(batch, heads, n, d, layout, g):
     return buf, view
 
 
+def _sentinel_leaks(got, n_real, d):
+    """{"rows": (i, j), "columns": (i, j)}: the tile's first sentinel read in a row past the tensor's (its first
+    ``n_real`` rows are real) in a real column, and in a column past ``d`` in a real row. A mask on the rows alone
+    still zeroes the columns past d, and the other way round: which part reads it tells which mask is missing."""
+    n_real, found = max(0, n_real), {}
+    for which, part, (di, dj) in (("rows", got[n_real:, :d], (n_real, 0)), ("columns", got[:n_real, d:], (0, d))):
+        hits = (part == _SENTINEL).nonzero()
+        if len(hits):
+            found[which] = (int(hits[0, 0]) + di, int(hits[0, 1]) + dj)
+    return found
+
+
+def _unmasked_cause(leaks, n, d):
+    """(cause, hint) for a tile that reads past the tensor's rows, its columns, or both (``_sentinel_leaks``)."""
+    rows, cols = f"rows {n}.. (the ragged last tile)", f"columns {d}.. (the head dim's padding to a power of two)"
+    if len(leaks) == 2:
+        return (f"the load has no mask at all: neither the rows nor the columns are masked, so {rows} and {cols} "
+                "are both loaded; they are not part of the tensor", "mask the load: rows < n_rows and columns < "
+                "n_cols, broadcast into one 2-D mask (&), with other=0.0 so that the masked entries read 0")
+    missing, masked, what, bound = ("rows", "columns", rows, "n_rows") if "rows" in leaks else ("columns", "rows",
+                                                                                                 cols, "n_cols")
+    return (f"{missing} past {bound} are loaded: the {masked} are masked but the {missing} are not, so {what} are "
+            f"loaded; they are not part of the tensor", f"mask the {missing} too: {missing} < {bound}, combined (&) "
+            f"with the {masked}' mask, so that they read 0")
+
+
 @prints_verdict
 def check_load_tile():
     """forward.py Part 2, alone: one tile of a strided tensor with ragged rows and padded columns."""
@@ -122,8 +148,7 @@ def check_load_tile():
         buf, x = _strided_tensor(batch, heads, n, d, layout, g)
         name = (f"{layout} tensor [{batch}, {heads}, {n}, {d}], batch {b}, head {h}, rows {row0}..{row0 + br - 1}, "
                 f"columns 0..{bc - 1}")
-        buf = buf.to(dev())
-        x_dev = _view_like(buf, x)
+        x_dev = _view_like(buf.to(dev()), x)
         out = torch.full((br, bc), float("nan"), device=dev())
         launch(2, probes["load_tile"], (1,), x_dev, out, b, h, *x.stride(), n, d, row0, **_LOAD_BLOCK)
         got = out.cpu()
@@ -132,25 +157,22 @@ def check_load_tile():
         want[: real.shape[0], : real.shape[1]] = real
         if torch.equal(got, want):
             continue
-        mask_them = "mask them, and let them read 0"
+        at = [(got != want).nonzero()[0].tolist()]  # the entries "where" shows: those the cause is about
+        leaks = _sentinel_leaks(got, n - row0, d)
         if (got == 0).all():
             cause, hint = "the placeholder is still there: the tile comes back all zeros", "load the tile"
-        elif (got[max(0, n - row0):] == _SENTINEL).any():
-            cause, hint = (f"rows past n_rows are loaded: rows {n}.. are not part of the tensor (the ragged last "
-                           "tile)", mask_them)
-        elif (got[:, d:] == _SENTINEL).any():
-            cause, hint = (f"columns past n_cols are loaded: columns {d}.. are the head dim's padding to a power "
-                           "of two", mask_them)
+        elif leaks:
+            cause, hint = _unmasked_cause(leaks, n, d)
+            at = list(leaks.values())
         elif (got[max(0, n - row0):] != 0).any() or (got[:, d:] != 0).any():
             cause, hint = ("the masked entries do not read 0, and they take part in every dot product",
                            "a masked load reads its `other` in the masked entries")
         else:
             cause, hint = _which_slice(got, x, row0, br, bc, b, h)
-        i, j = (got != want).nonzero()[0].tolist()
-        return fail("forward", 2, "loads the wrong numbers",
-                    where=f"case \"{name}\": tile row {i} (sequence row {row0 + i}), column {j}: "
-                          f"got {float(got[i, j]):.4g}, expected {float(want[i, j]):.4g}",
-                    cause=cause, hint=hint)
+        return fail("forward", 2, "loads the wrong numbers", cause=cause, hint=hint,
+                    where=f"case \"{name}\": " + "; ".join(
+                        f"tile row {i} (sequence row {row0 + i}), column {j}: got {float(got[i, j]):.4g}, "
+                        f"expected {float(want[i, j]):.4g}" for i, j in at))
     problem = in_interpreter(f"{__name__}:load_tile_gpu_problem")
     if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
         return fail("forward", 2, **problem, extra=dict(safe_on_small_tensors=True))
