@@ -39,7 +39,9 @@ started", in the table and in Gradescope's results. A run of some modules only (
 MODULE=...``) counts its points out of those modules' own
 ("20 / 20 of the modules run (100 in the course)").
 
-Examples (with the course's Python, ``.venv/bin/python``; ``make grade-submissions`` runs it for you)::
+The course's Python is ``.venv/bin/python`` (``make grade-submissions`` runs it for you).
+
+Examples::
 
     python -m gqa_flash.grader                                  # your own files
     python -m gqa_flash.grader alice.zip --out results.json
