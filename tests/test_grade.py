@@ -23,6 +23,7 @@ import pytest
 
 from gqa_flash import impl, layout
 from gqa_flash.grader import grade, gradescope, release, sandbox, submission, testrun
+from gqa_flash.grader import report as report_module
 from gqa_flash.grader.testrun import Limits
 from gqa_flash.testing import folder
 
@@ -268,7 +269,7 @@ def test_a_segfault_costs_only_the_case_that_crashed(graded):
     (crashed,) = [t for t in report.tests if t.part == "tiled" and not t.passed]
     assert crashed.name == "test_tiled_ragged_tiles[1-4-4-True]"
     assert "SIGSEGV" in crashed.message
-    assert points(report, "tiled") == 24
+    assert points(report, "tiled") == pytest.approx(25 - crashed.max_score)  # the one case, nothing more
 
 
 def test_an_endless_loop_in_a_kernel_times_out(graded):
@@ -320,7 +321,7 @@ def test_a_pytorch_forward_loses_all_the_forward_points(graded):
     report, _ = graded["cheats"]
     assert points(report, "forward") == 0
     assert any("must compute attention in the Triton kernel" in m for m in messages(report, "forward"))
-    assert "PyTorch in place of the kernel" in grade.review(report), grade.review(report)  # the CSV's review column
+    assert "PyTorch in place of the kernel" in report_module.review(report), report_module.review(report)  # CSV review
 
 
 def test_a_pytorch_forward_without_matmul_loses_the_forward_points(graded):
@@ -412,7 +413,7 @@ def test_results_json_follows_gradescopes_format(graded):
         assert set(t) == {"name", "score", "max_score", "status", "output", "visibility"}
         assert t["status"] in ("passed", "failed") and t["visibility"] == "visible"
     shared = [t for t in results["tests"] if "test_forward_ragged_lengths[" in t["name"]]
-    assert len(shared) == 4 and all(t["max_score"] == 2 for t in shared)  # 8 points over 4 cases
+    assert len(shared) == 4 and all(t["max_score"] == 1.5 for t in shared)  # 6 points over 4 cases
     assert "forward.py: 40 / 40" in results["output"]
     json.dumps(results)
 
