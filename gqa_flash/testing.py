@@ -312,6 +312,15 @@ def assert_attention_matches(result, q, k, v, *, causal, sm_scale, return_lse, c
         assert_lse_matches(lse, ref_lse, context)
 
 
+def assert_output_matches(lse, result, q, k, v, *, causal, sm_scale, context):
+    """The graded tests' verdict on a call made with return_lse=True: on O alone, or with ``lse`` on O and then
+    the LSE. O is the output every call uses; the LSE is of use only beside a right O (the backward pass and
+    merges take both), so a right O beside a wrong LSE loses the LSE's tests alone."""
+    assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
+    assert_attention_matches(result if lse else result[0], q, k, v, causal=causal, sm_scale=sm_scale,
+                             return_lse=lse, context=context)
+
+
 def case_context(seed, q, k, causal, *details) -> str:
     """How a failing case names itself: seed, shape, KV heads, causal, dtype and the test's own details."""
     dtype = str(q.dtype).replace("torch.", "")

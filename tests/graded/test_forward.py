@@ -20,7 +20,7 @@ import torch
 
 from gqa_flash import testing
 from gqa_flash.grader.calls import kernel_only, student
-from gqa_flash.testing import assert_attention_matches, case_context, peaked_qkv, random_qkv
+from gqa_flash.testing import assert_output_matches, case_context, peaked_qkv, random_qkv
 
 F16, F32 = torch.float16, torch.float32
 
@@ -41,15 +41,6 @@ def check(seed, causal=(True, False), sm_scale=None, dtype=F32, layout="contiguo
         layouts = f"layout {layout}" + (f", V layout {v_layout}" if v_layout and v_layout != layout else "")
         assert_output_matches(lse, result, q, k, v, causal=c, sm_scale=sm_scale,
                               context=case_context(seed, q, k, c, layouts))
-
-
-def assert_output_matches(lse, result, q, k, v, *, causal, sm_scale, context):
-    """The verdict, against the float64 reference: on O alone, or with ``lse`` on O and then the LSE. O is the
-    output every call uses; the LSE is of use only beside a right O (the backward pass and merges take both), so
-    a right O beside a wrong LSE loses the LSE's tests alone."""
-    assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
-    assert_attention_matches(result if lse else result[0], q, k, v, causal=causal, sm_scale=sm_scale,
-                             return_lse=lse, context=context)
 
 
 # --- ordinary use: 32 points (24 on O, 8 on the LSE) ----------------------------------------------------

@@ -11,7 +11,7 @@ import torch
 
 from gqa_flash import testing
 from gqa_flash.grader.calls import own_work, score_products, student
-from gqa_flash.testing import assert_attention_matches, case_context, peaked_qkv, random_qkv
+from gqa_flash.testing import assert_attention_matches, assert_output_matches, case_context, peaked_qkv, random_qkv
 
 
 def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, block_n=8, lse=False, qkv=None,
@@ -28,15 +28,6 @@ def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, blo
     assert_walks_tiles(counted, block_m, block_n, q.shape[2], context)
     assert_no_whole_matrix(reply.seen, q, block_m, block_n, context)
     assert_output_matches(lse, result, q, k, v, causal=causal, sm_scale=sm_scale, context=context)
-
-
-def assert_output_matches(lse, result, q, k, v, *, causal, sm_scale, context):
-    """The verdict, against the float64 reference: on O alone, or with ``lse`` on O and then the LSE. O is the
-    output every call uses; the LSE is of use only beside a right O (the backward pass and merges take both), so
-    a right O beside a wrong LSE loses the LSE's tests alone."""
-    assert isinstance(result, tuple) and len(result) == 2, "with return_lse=True, return (O, LSE)"
-    assert_attention_matches(result if lse else result[0], q, k, v, causal=causal, sm_scale=sm_scale,
-                             return_lse=lse, context=context)
 
 
 class Counted:
