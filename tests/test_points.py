@@ -90,16 +90,17 @@ def test_a_module_not_started_is_one_line_in_the_table_and_in_gradescopes_json()
     assert grade.mark_not_started(tests, files, prints=PRINTS) == ["backward", "decode"]
     report = grade.Report("alice.zip", tests=tests, seconds=30)
     text = grade.table(report)
-    assert re.search(r"backward\.py \(bonus\)\s+0 / 20\s+not started", text), text
-    assert re.search(r"decode\.py \(bonus\)\s+0 / 15\s+not started", text), text
+    assert re.search(r"backward\.py \(bonus\)\s+0 / 20\s+not handed in", text), text  # not in files: not handed in
+    assert re.search(r"decode\.py \(bonus\)\s+0 / 15\s+not handed in", text), text
     assert "AssertionError" not in text and text.splitlines()[-1].split() == ["total", "100", "/", "100"], text
     results = json.loads(json.dumps(gradescope.results_json(report)))
     bonus = [t for t in results["tests"] if "(bonus)" in t["name"]]
     assert [(t["name"], t["score"], t["max_score"], t["status"]) for t in bonus] == [
-        ("backward.py (bonus): not started", 0, 20, "failed"), ("decode.py (bonus): not started", 0, 15, "failed")]
+        ("backward.py (bonus): not handed in", 0, 20, "failed"),
+        ("decode.py (bonus): not handed in", 0, 15, "failed")]
     assert "13 tests" in bonus[0]["output"] and len(results["tests"]) == 34 + 2 and results["score"] == 100
     assert all(set(t) == {"name", "score", "max_score", "status", "output", "visibility"} for t in results["tests"])
-    assert "backward.py (bonus): 0 / 20  not started" in results["output"]
+    assert "backward.py (bonus): 0 / 20  not handed in" in results["output"]
 
 
 def test_a_module_started_or_passing_a_test_is_graded_test_by_test():
