@@ -401,15 +401,15 @@ else:
     print(f"last step: SDPA {losses_sdpa[-1]:.4f}, course kernels {losses_course[-1]:.4f}")
 """),
 code(r"""
+fig, ax = plt.subplots(figsize=(6, 3.5))
 if losses_course is not None:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(losses_sdpa, label="PyTorch SDPA", linewidth=4, alpha=0.4)
     ax.plot(losses_course, label="course kernels (forward + backward)", linestyle="--")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy on the sorted half")
-    ax.set_title("Sorting digits with a tiny GQA transformer")
     ax.legend()
-    plt.show()
+else:  # the axes stay, with why they are empty
+    ax.text(0.5, 0.5, "not trained yet (see the cell above)", ha="center", va="center", transform=ax.transAxes)
+ax.set(xlabel="step", ylabel="cross-entropy on the sorted half", title="Sorting digits with a tiny GQA transformer")
+plt.show()
 """),
 code(r"""
 # NBVAL_CHECK_OUTPUT
