@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,14 +339,11 @@ def case_context(seed, q, k, causal, *details) -> str:
 def score_tiles_per_program(seq_len=100, head_dim=32, causal=True, batch=1, n_q_heads=2, n_kv_heads=1, seed=0):
     """Run the forward kernel once in Triton's interpreter; count its score tiles program by program.
 
-    A score tile is a ``tl.dot`` whose result is one [BLOCK_M, BLOCK_N] tile of
-    Q K^T (either way round) and whose inner dimension is the padded head dim:
-    one per key block a program visits. (P @ V's inner dimension is BLOCK_N,
-    so it is not counted; choose a head dim whose padding differs from BLOCK_N.)
-    Returns ``({(query tile, batch * head): count}, config)`` with the kernel's
-    INTERPRETER_CONFIG. The interpreter runs programs one at a time and knows
-    which one is running; a GPU does not, so on a GPU machine this runs in a
-    child process with the GPU hidden.
+    A score tile (:func:`_score_tiles_recorded`) is one [BLOCK_M, BLOCK_N] tile of Q K^T: one per key block a
+    program visits (P @ V contracts BLOCK_N: choose a head dim whose padding differs from BLOCK_N). Returns
+    ``({(query tile, batch * head): count}, config)`` with the kernel's INTERPRETER_CONFIG. The interpreter
+    runs programs one at a time and knows which one is running; a GPU does not, so on a GPU machine this
+    runs in a child process with the GPU hidden.
     """
     if not runtime.INTERPRETER:
         return _in_interpreter_process("score_tiles_per_program", seq_len=seq_len, head_dim=head_dim,
@@ -353,30 +351,43 @@ def score_tiles_per_program(seq_len=100, head_dim=32, causal=True, batch=1, n_q_
                                        seed=seed)
     import gqa_flash
     from gqa_flash import impl
-    from triton.runtime.interpreter import InterpreterBuilder
 
     config = impl.load("forward").INTERPRETER_CONFIG
-    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
-    inner = max(16, 1 << (head_dim - 1).bit_length())
     q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=seq_len,
                          head_dim=head_dim, dtype=torch.float32, seed=seed, device="cpu")
     counts: dict = {}
+
+    def record(builder):
+        program = tuple(int(i) for i in builder.grid_idx[:2])
+        counts[program] = counts.get(program, 0) + 1
+
+    with _score_tiles_recorded(head_dim, config, record), kernel_only():  # the student's own kernel
+        gqa_flash.flash_attention_forward(q, k, v, causal=causal)
+    return {f"{t},{bh}": n for (t, bh), n in sorted(counts.items())}, config
+
+
+@contextlib.contextmanager
+def _score_tiles_recorded(head_dim, config, record):
+    """While active, ``record(builder)`` for each ``tl.dot`` the interpreter runs that computes one score tile:
+    a [BLOCK_M, BLOCK_N] result (either way round) whose inner dimension is ``head_dim`` padded as the kernels
+    pad it (at least 16, a power of two); ``builder.grid_idx`` is the running program."""
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
+    inner = max(16, 1 << (head_dim - 1).bit_length())
     original = InterpreterBuilder.create_dot
 
     def counting(builder, a, b, *args, **kwargs):
         (rows, a_inner), (b_inner, cols) = a.data.shape[-2:], b.data.shape[-2:]
         if a_inner == b_inner == inner and {rows, cols} == {block_m, block_n}:
-            program = tuple(int(i) for i in builder.grid_idx[:2])
-            counts[program] = counts.get(program, 0) + 1
+            record(builder)
         return original(builder, a, b, *args, **kwargs)
 
     InterpreterBuilder.create_dot = counting
     try:
-        with kernel_only():  # the student's own kernel, at addresses it was given
-            gqa_flash.flash_attention_forward(q, k, v, causal=causal)
+        yield
     finally:
         InterpreterBuilder.create_dot = original
-    return {f"{t},{bh}": n for (t, bh), n in sorted(counts.items())}, config
 
 
 def _in_interpreter_process(name, **kwargs):
@@ -428,10 +439,9 @@ def backward_score_tiles_per_program(seq_len=100, head_dim=64, causal=True, batc
                                      seed=0, guard=None):
     """Run the backward kernels once in Triton's interpreter; count the score tiles of each program.
 
-    A score tile is a ``tl.dot`` whose result is one [BLOCK_M, BLOCK_N] tile (either way round) and whose inner
-    dimension is the padded head dim: S = Q K^T and dP = dO V^T of one (query block, key block) pair, so two
-    for each pair a program visits (in dK/dV, for each query head of the group). The products with P and dS
-    contract BLOCK_M or BLOCK_N, so they are not counted (the padded head dim must differ from both tiles).
+    A score tile (:func:`_score_tiles_recorded`) is S = Q K^T or dP = dO V^T of one (query block, key block)
+    pair, so two for each pair a program visits (in dK/dV, for each query head of the group). The products
+    with P and dS contract BLOCK_M or BLOCK_N (the padded head dim must differ from both tiles).
     O and the LSE come from the float64 reference. Returns
     ``({"dkdv": {"key block,KV head,batch": count}, "dq": {"query block,query head,batch": count}}, config)``
     with backward.py's INTERPRETER_CONFIG. On a GPU machine this runs in a child process with the GPU hidden.
@@ -445,12 +455,11 @@ def backward_score_tiles_per_program(seq_len=100, head_dim=64, causal=True, batc
     import gqa_flash
     from gqa_flash import impl
     from gqa_flash.reference import reference_attention
-    from triton.runtime.interpreter import GridExecutor, InterpreterBuilder
+    from triton.runtime.interpreter import GridExecutor
 
     config = dict(impl.load("backward").INTERPRETER_CONFIG)
-    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
     inner = max(16, 1 << (head_dim - 1).bit_length())
-    if inner in (block_m, block_n):
+    if inner in (config["BLOCK_M"], config["BLOCK_N"]):
         raise ValueError(f"head_dim {head_dim} pads to {inner}, a tile size of {config}: choose a head dim that "
                          "pads to neither BLOCK_M nor BLOCK_N, or the products with P and dS count as scores too")
     q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=seq_len,
@@ -460,7 +469,7 @@ def backward_score_tiles_per_program(seq_len=100, head_dim=64, causal=True, batc
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
     counts: dict = {name: {} for name in BACKWARD_KERNELS.values()}
     running: list = []  # the kernel being interpreted (a launch runs its programs one at a time)
-    original_dot, original_launch = InterpreterBuilder.create_dot, GridExecutor.__call__
+    original_launch = GridExecutor.__call__
 
     def launching(grid_executor, *args, **kw):
         running.append(BACKWARD_KERNELS.get(getattr(grid_executor.fn, "__name__", ""), None))
@@ -469,20 +478,19 @@ def backward_score_tiles_per_program(seq_len=100, head_dim=64, causal=True, batc
         finally:
             running.pop()
 
-    def counting(builder, a, b, *args, **kw):
-        (rows, a_inner), (b_inner, cols) = a.data.shape[-2:], b.data.shape[-2:]
+    def record(builder):
         kernel = running[-1] if running else None
-        if kernel and a_inner == b_inner == inner and {rows, cols} == {block_m, block_n}:
+        if kernel:
             program = ",".join(str(int(i)) for i in builder.grid_idx)
             counts[kernel][program] = counts[kernel].get(program, 0) + 1
-        return original_dot(builder, a, b, *args, **kw)
 
-    GridExecutor.__call__, InterpreterBuilder.create_dot = launching, counting
+    GridExecutor.__call__ = launching
     try:
-        with guard() if guard is not None else kernel_only("flash_attention_backward", part="backward"):
+        with _score_tiles_recorded(head_dim, config, record), (
+                guard() if guard is not None else kernel_only("flash_attention_backward", part="backward")):
             gqa_flash.flash_attention_backward(q, k, v, o, lse, do, causal=causal)
     finally:
-        GridExecutor.__call__, InterpreterBuilder.create_dot = original_launch, original_dot
+        GridExecutor.__call__ = original_launch
     return counts, config
 
 
