@@ -43,6 +43,13 @@ def check(seed, causal=(True, False), sm_scale=None, dtype=F32, layout="contiguo
                               context=case_context(seed, q, k, c, layouts))
 
 
+def case_inputs(case) -> dict:
+    """check's (and random_qkv's) keywords for a case (Hq, Hkv, batch, N, D, dtype, K's layout, V's layout)."""
+    n_q_heads, n_kv_heads, batch, seq_len, head_dim, dtype, layout, v_layout = case
+    return dict(dtype=dtype, layout=layout, v_layout=v_layout, batch=batch, n_q_heads=n_q_heads,
+                n_kv_heads=n_kv_heads, seq_len=seq_len, head_dim=head_dim)
+
+
 # --- ordinary use: 32 points (24 on O, 8 on the LSE) ----------------------------------------------------
 
 
@@ -60,11 +67,10 @@ GQA_CASES = [  # (Hq, Hkv, batch, N, D, dtype, K's layout, V's layout)
 def test_forward_gqa_heads(seed, case):
     # GQA 8:2 and 6:3 (odd groups), MQA 4:1, MHA 2:2. Each KV head's values are shifted by its
     # index: a program that reads the wrong KV head writes visibly wrong rows.
-    n_q_heads, n_kv_heads, batch, seq_len, head_dim, dtype, layout, v_layout = case
-    qkv = random_qkv(dtype=dtype, layout=layout, v_layout=v_layout, seed=seed, batch=batch, n_q_heads=n_q_heads,
-                     n_kv_heads=n_kv_heads, seq_len=seq_len, head_dim=head_dim)
+    inputs = case_inputs(case)
+    qkv = random_qkv(seed=seed, **inputs)
     try:
-        check(seed, qkv=qkv, dtype=dtype, layout=layout, v_layout=v_layout)
+        check(seed, qkv=qkv, **inputs)
     except AssertionError as failure:
         if type(failure) is not AssertionError:  # the kernel-only, address or integrity guard's verdict, as it is
             raise
@@ -166,9 +172,7 @@ def test_forward_lse_natural_log(seed, case):
     # The LSE (the other tests judge O alone): LSE = log(sum_j exp(scaled score_ij)), the natural log (the
     # kernel works in base 2), with the max carried, float32, [B, Hq, N]. Two batches, grouped heads and a
     # ragged last tile: each row's LSE must land in its own batch, head and row.
-    n_q_heads, n_kv_heads, batch, seq_len, head_dim, dtype, layout, v_layout = case
-    check(seed, lse=True, dtype=dtype, layout=layout, v_layout=v_layout, batch=batch, n_q_heads=n_q_heads,
-          n_kv_heads=n_kv_heads, seq_len=seq_len, head_dim=head_dim)
+    check(seed, lse=True, **case_inputs(case))
 
 
 # --- corner cases: 8 points -------------------------------------------------------------------------------
