@@ -56,24 +56,18 @@ def _index_one_element_arrays() -> None:
     """Triton 3.6's interpreter turns a scalar tensor into a Python int with ``int(array)``; its scalars are
     one-element arrays, which NumPy 2.4 no longer converts ("only 0-dimensional arrays can be converted to
     Python scalars"), so any ``range(0, n, BLOCK)`` whose bound was computed in the kernel fails. Later
-    Triton squeezes the array first; where it does not, do it for it (the compiled path never comes here)."""
-    import inspect
-
+    Triton squeezes the array first (``int(data.squeeze())``); do the same whatever the version (the
+    compiled path never comes here)."""
     from triton.runtime import interpreter
 
     original = getattr(interpreter, "_patch_lang_tensor", None)
     if original is None or getattr(original, "__wrapped__", None) is not None:
         return
-    try:
-        if ".squeeze()" in inspect.getsource(original):
-            return
-    except (OSError, TypeError):
-        return
 
     @functools.wraps(original)
     def patched(tensor, scope):
         original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
 
     interpreter._patch_lang_tensor = patched
 
