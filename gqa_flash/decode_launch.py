@@ -69,6 +69,13 @@ def default_num_splits(programs: int, max_seqlen: int, block_n: int, device=None
     return max(1, min(PROGRAMS_PER_SM * sms // programs, cdiv(max_seqlen, block_n)))
 
 
+def chunked(max_seqlen: int, num_splits: int, block_n: int) -> tuple[int, int]:
+    """(chunk, splits): each split's chunk in whole key blocks, and the splits that takes (fewer than asked
+    when rounding the chunks up leaves one empty, and never more than the key blocks)."""
+    chunk = cdiv(cdiv(max_seqlen, num_splits), block_n) * block_n
+    return chunk, cdiv(max_seqlen, chunk)
+
+
 # In the interpreter: small fixed tiles (rows are padded to 16, tl.dot's least).
 INTERPRETER_CONFIG = dict(BLOCK_N=16, num_warps=4, num_stages=1)
 # On a GPU, tiles measured on an H200 (bench/explore_decode.py; bf16, 32 query
@@ -183,8 +190,8 @@ class DecodePlan:
                       else gpu_config(num_splits, head_dim_pad, q.element_size(), q.device, paged, short))
         block_n = config["BLOCK_N"]
         # Chunks of whole key blocks; a split count past the number of blocks shrinks to it.
-        chunk = cdiv(cdiv(max_seqlen, num_splits), block_n) * block_n
-        num_splits = self.num_splits = cdiv(max_seqlen, chunk)
+        chunk, num_splits = chunked(max_seqlen, num_splits, block_n)
+        self.num_splits = num_splits
 
         config = dict(config)
         # Programmatic dependent launch: the merge kernel is launched while the split kernel still runs

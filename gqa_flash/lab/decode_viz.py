@@ -16,7 +16,6 @@ import torch
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from gqa_flash import decode_launch
-from gqa_flash.launch import cdiv
 from gqa_flash.lab.viz import KV_COLORS, MASKED, SKIPPED, VISITED
 
 CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -302,8 +301,7 @@ def split_counts(batch, context, kv_heads=8, sms=H200_SMS):
     chunk up to whole key blocks, which can leave a split fewer (33 wanted, 32 launched at batch 1, 32k).
     """
     wanted = decode_launch.default_num_splits(batch * kv_heads, context, decode_launch.SPLIT_BLOCK_N, sms=sms)
-    chunk = cdiv(cdiv(context, wanted), decode_launch.SPLIT_BLOCK_N) * decode_launch.SPLIT_BLOCK_N
-    return wanted, cdiv(context, chunk)
+    return wanted, decode_launch.chunked(context, wanted, decode_launch.SPLIT_BLOCK_N)[1]
 
 
 def sm_fill_title(programs, sms=H200_SMS, per_sm=None) -> str:
