@@ -34,3 +34,23 @@ def test_make_test_graded_ends_with_the_points_table(tmp_path):
     table = out[out.index("points (as make grade counts them)"):]
     assert "naive.py" in table and "0 / 20" in table and "NotImplementedError" in table, out
     assert table.strip().splitlines()[-1].split()[:4] == ["total", "0", "/", "20"], out
+
+
+@pytest.mark.timeout(300)
+def test_a_run_narrowed_with_k_counts_only_the_tests_it_ran(tmp_path):
+    # `pytest tests/graded/test_naive.py -k causal` ended with every deselected test in the table as
+    # "not run", 0 points of the module's 20: the table was made before -k deselected them.
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GQA_FLASH_IMPL="solutions", TMPDIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "pytest", str(layout.GRADED_TESTS_DIR / "test_naive.py"), "-q",
+                           "-p", "no:cacheprovider", "-k", "causal"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=240)
+    out = done.stdout
+    assert done.returncode == 0 and "deselected" in out, out
+    table = out[out.index("points (as make grade counts them)"):]
+    assert "not run" not in table, out
+    total = table.strip().splitlines()[-1].split()
+    assert total[0] == "total" and total[1] == total[3] and float(total[3]) < 20, out
