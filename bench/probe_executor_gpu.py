@@ -56,7 +56,7 @@ with open(os.path.join(out, "processes.txt"), "w") as f:
         f.write(json.dumps(row, indent=1) + "\n")
 
 code = ("import json, sys; from gqa_flash import testing; "
-        "print(json.dumps(testing.score_tiles_per_program(**json.loads(sys.argv[1]))))")
+        "print(json.dumps(tile_counts.score_tiles_per_program(**json.loads(sys.argv[1]))))")
 env = {k: os.environ[k] for k in ("PATH", "LD_LIBRARY_PATH", "GQA_FLASH_IMPL") if k in os.environ}
 env.update(PYTHONPATH=os.getcwd(), HOME=cache, TMPDIR=cache, CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1")
 done = subprocess.run([sys.executable, "-c", code, json.dumps({"seq_len": 100})], capture_output=True, text=True,

@@ -145,7 +145,7 @@ class _Answers:
         return Reply((out, lse) if return_lse else out, {"launches": 1, "products": 1, "largest": [1, 1]})
 
     def score_tiles(self, seq_len, causal=True, **_):
-        from gqa_flash.testing import key_blocks_needed
+        from gqa_flash.tile_counts import key_blocks_needed
 
         config = {"BLOCK_M": 32, "BLOCK_N": 16}
         counts = {f"{t},{bh}": key_blocks_needed(t, seq_len, 32, 16, causal)

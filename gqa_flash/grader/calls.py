@@ -67,7 +67,7 @@ def kernel_only(what: str = "flash_attention_forward", part: str | None = None) 
 
 
 def score_products(head_dim: int) -> dict:
-    """Watch: count the score products PyTorch computes (gqa_flash.testing.ScoreProducts)."""
+    """Watch: count the score products PyTorch computes (gqa_flash.tile_counts.ScoreProducts)."""
     return {"score_products": head_dim}
 
 
@@ -213,7 +213,7 @@ class Executor:
 
     def score_tiles(self, kernel: str = "forward", **kwargs) -> tuple[dict, dict]:
         """Each program's score tiles, counted in the interpreter: ``kernel`` "forward"
-        (testing.score_tiles_per_program) or "backward" (testing.backward_score_tiles_per_program)."""
+        (tile_counts.score_tiles_per_program) or "backward" (tile_counts.backward_score_tiles_per_program)."""
         request = {"op": "score_tiles", "kwargs": kwargs} | ({"kernel": kernel} if kernel != "forward" else {})
         counts, config = self.in_interpreter().request(request).value
         return counts, config

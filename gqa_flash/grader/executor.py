@@ -167,7 +167,7 @@ class Largest:
 @contextlib.contextmanager
 def watching(watch: dict, seen: dict):
     """The guards a call runs under, outermost first; what they counted goes into ``seen`` as it ends."""
-    from gqa_flash import integrity, testing
+    from gqa_flash import integrity, testing, tile_counts
 
     launches = counted = largest = None
     with contextlib.ExitStack() as stack:
@@ -178,7 +178,7 @@ def watching(watch: dict, seen: dict):
             part, what = watch["own_work"]
             stack.enter_context(integrity.own_work(str(part), str(what)))
         if "score_products" in watch:
-            counted = stack.enter_context(testing.ScoreProducts(int(watch["score_products"])))
+            counted = stack.enter_context(tile_counts.ScoreProducts(int(watch["score_products"])))
             largest = stack.enter_context(Largest(int(watch["score_products"])))
         if "whole_rows" in watch:
             stack.enter_context(whole_rows_mode(*(int(x) for x in watch["whole_rows"])))
@@ -256,7 +256,7 @@ def handle(request: dict) -> dict:
                 value = dense(entry(str(request["entry"]))(*request.get("args", ()), **request.get("kwargs", {})))
             return {"ok": True, "value": value, "seen": seen}
         if op == "score_tiles":  # the causal skip, counted: the forward's kernel, or the backward's two
-            from gqa_flash import testing
+            from gqa_flash import tile_counts
 
             kernel = request.get("kernel", "forward")
             if kernel not in ("forward", "backward"):
@@ -264,19 +264,19 @@ def handle(request: dict) -> dict:
             _interpreter_only(op)
             with audit.graded_call():
                 if kernel == "forward":
-                    counts, config = testing.score_tiles_per_program(**request["kwargs"])
+                    counts, config = tile_counts.score_tiles_per_program(**request["kwargs"])
                 else:  # under kernel_only, its default guard: the graded file's own kernels
-                    counts, config = testing.backward_score_tiles_per_program(
+                    counts, config = tile_counts.backward_score_tiles_per_program(
                         **{k: v for k, v in request["kwargs"].items() if k != "guard"})
             return {"ok": True, "value": [counts, dict(config)], "seen": seen}
         if op == "probe":
-            from gqa_flash.lab.checks import probes
+            from gqa_flash import runtime
 
             if request["function"] not in PROBES:
                 raise ValueError(f"the executor runs no probe {request['function']!r}")
             _interpreter_only(op)
             with audit.graded_call():
-                return {"ok": True, "value": probes.in_interpreter(request["function"]), "seen": seen}
+                return {"ok": True, "value": runtime.in_interpreter(request["function"]), "seen": seen}
         if op == "ring":
             return {"ok": True, "value": ring(int(request["world_size"]), request["cases"]), "seen": seen}
         raise ValueError(f"the executor has no request {op!r}")

@@ -96,7 +96,7 @@ FRAME_PREFIXES = ("f_", "co_", "gi_", "cr_", "ag_", "tb_")
 GIVEN_DENIED = NEVER_IMPORT | {"torch", "triton", "tl", "F", "dist", "nn", "functional", "language", "np"} | {
     "address_check", "api", "backward", "context_parallel", "decode", "decode_launch", "fast", "forward", "grader",
     "impl", "integrity", "kv_cache", "lab", "launch", "layout", "naive", "online_softmax", "reference", "ring",
-    "runtime", "testing", "tiled", "traffic", "validation",
+    "runtime", "testing", "tile_counts", "tiled", "traffic", "validation",
 }
 
 HINTS = {

@@ -77,8 +77,8 @@ USUAL_COURSE_IMPORTS = ({"gqa_flash", "gqa_flash.runtime", "gqa_flash.launch", "
 # Names through which graded code could reach the course's answers, or its guards: worth an integrity flag.
 ANSWER_NAMES = {"fast", "fast_attention_forward", "fast_attention_backward", "reference", "reference_attention",
                 "reference_decode", "reference_gradients", "reference_softmax", "lab", "checks", "solutions",
-                "integrity", "address_check", "testing", "kernel_only", "_getframe", "settrace", "setprofile",
-                "scaled_dot_product_attention", "flex_attention", "DisableTorchFunction",
+                "integrity", "address_check", "testing", "tile_counts", "kernel_only", "_getframe", "settrace",
+                "setprofile", "scaled_dot_product_attention", "flex_attention", "DisableTorchFunction",
                 "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "_disable_current_modes"}
 
 # A graded name at the end of a longer one, after a separator: l_single_naive.py, fast_forward.py.
@@ -523,8 +523,9 @@ def _answer_names(name: str, content: bytes) -> list[str]:
 
 
 PYTORCH_ATTENTION = {"scaled_dot_product_attention", "flex_attention"}
-GUARDS = {"integrity", "address_check", "testing", "kernel_only", "_getframe", "settrace", "setprofile",
-          "DisableTorchFunction", "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "_disable_current_modes"}
+GUARDS = {"integrity", "address_check", "testing", "tile_counts", "kernel_only", "_getframe", "settrace",
+          "setprofile", "DisableTorchFunction", "DisableTorchFunctionSubclass", "_DisableTorchDispatch",
+          "_disable_current_modes"}
 
 
 def _what_it_reaches(name: str) -> str:

@@ -28,7 +28,7 @@ carries such an offset.
 import pytest
 import torch
 
-from gqa_flash import runtime, testing
+from gqa_flash import runtime, tile_counts
 from gqa_flash.grader.calls import kernel_only, student
 from gqa_flash.reference import reference_attention, reference_gradients
 from gqa_flash.testing import GRAD_TOLERANCE, gradient_error, random_qkv
@@ -166,5 +166,5 @@ def test_backward_causal_skips_blocks_past_the_diagonal(seed):
     seq_len, n_q_heads, n_kv_heads = 100, 2, 1
     counts, config = student().score_tiles(kernel="backward", seq_len=seq_len, head_dim=64, causal=True, seed=seed,
                                            n_q_heads=n_q_heads, n_kv_heads=n_kv_heads)
-    problem = testing.backward_walk_problem(counts, config, seq_len, n_q_heads, n_kv_heads)
+    problem = tile_counts.backward_walk_problem(counts, config, seq_len, n_q_heads, n_kv_heads)
     assert problem is None, f"Part {problem['part']}: {problem['where']}: {problem['fix']}"

@@ -18,7 +18,7 @@ tests/gpu/ runs the large ones and bf16 on a GPU.
 import pytest
 import torch
 
-from gqa_flash import testing
+from gqa_flash import testing, tile_counts
 from gqa_flash.grader.calls import kernel_only, student
 from gqa_flash.testing import assert_output_matches, case_context, peaked_qkv, random_qkv
 
@@ -214,7 +214,7 @@ def test_forward_causal_skips_key_blocks_past_the_diagonal(seed):
                     f"the K tile (a [{block_m}, {block_n}] tile)")
     for program, got in counts.items():
         q_tile = int(program.split(",")[0])
-        need = testing.key_blocks_needed(q_tile, seq_len, block_m, block_n)
+        need = tile_counts.key_blocks_needed(q_tile, seq_len, block_m, block_n)
         assert got <= need, (
             f"query tile {q_tile} (rows {q_tile * block_m}..{min((q_tile + 1) * block_m, seq_len) - 1}, "
             f"SEQ_LEN {seq_len}, BLOCK_M {block_m}, BLOCK_N {block_n}) computed {got} score tiles where the "

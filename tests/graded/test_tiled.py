@@ -9,7 +9,7 @@ max left out), with O right, loses those 5 points and keeps the other 20.
 import pytest
 import torch
 
-from gqa_flash import testing
+from gqa_flash import tile_counts
 from gqa_flash.grader.calls import own_work, score_products, student
 from gqa_flash.testing import assert_attention_matches, assert_output_matches, case_context, peaked_qkv, random_qkv
 
@@ -147,7 +147,7 @@ def test_tiled_causal_skips_future_key_tiles(seed):
     assert counted.products > 0, (
         "no tile of scores was computed with a matrix product: compute each one as q_tile @ k_tile^T "
         "(the @ operator or torch.matmul), as the kernel will with tl.dot")
-    needed = testing.score_elements_needed(batch, n_q_heads, seq_len, block_m, block_n)
+    needed = tile_counts.score_elements_needed(batch, n_q_heads, seq_len, block_m, block_n)
     assert counted.elements <= needed, (
         f"the causal walk computed {counted.elements} score elements where it needs {needed} "
         f"(every key tile would be {batch * n_q_heads * seq_len * seq_len}), with block_m={block_m}, "

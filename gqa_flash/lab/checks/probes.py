@@ -27,11 +27,6 @@ interpreter the same code runs as Python, unchanged.
 
 import contextlib
 import functools
-import importlib
-import json
-import os
-import subprocess
-import sys
 import types
 
 import numpy as np
@@ -334,8 +329,8 @@ def dev():
 # registers held) and batch or head offsets computed in int32 (they wrap once a tensor passes 2^31
 # elements, far more than a test can allocate). The interpreter runs every load and store through one
 # object, so for the length of a probe the two context managers below swap its loads and stores for
-# ones that show these mistakes. On a GPU machine :func:`in_interpreter` runs the probe in a child Python
-# with the GPU hidden, so in the interpreter there too.
+# ones that show these mistakes. On a GPU machine :func:`gqa_flash.runtime.in_interpreter` runs the
+# probe in a child Python with the GPU hidden, so in the interpreter there too.
 
 POISON_INT = -777  # what an integer lane that a masked load leaves undefined reads under masked_lanes_poisoned
 
@@ -389,17 +384,3 @@ def addresses_recorded():
         InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store = saved
 
 
-def in_interpreter(function: str):
-    """Call ``function`` ("module:name", no arguments, returning JSON) in Triton's interpreter: here when
-    the kernels run there, else in a child Python with the GPU hidden."""
-    module, name = function.split(":")
-    if runtime.INTERPRETER:
-        return getattr(importlib.import_module(module), name)()
-    code = ("import importlib, json, sys; m, f = sys.argv[1].split(':'); "
-            "print(json.dumps(getattr(importlib.import_module(m), f)()))")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, "-c", code, function], capture_output=True, text=True, env=env,
-                          timeout=300)
-    if done.returncode != 0:
-        raise RuntimeError(f"{function} failed in the interpreter:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.splitlines()[-1])

@@ -5,7 +5,7 @@ compares O and the LSE with the float64 reference. A wrong answer is compared
 with what each usual bug of the walk returns on the same case (stored answers:
 replays.py), and the first bug that gives the same wrong answer names the part
 to look at. A right answer must also be cheap: the causal walk must skip the key
-tiles past the diagonal, which :class:`gqa_flash.testing.ScoreProducts` checks
+tiles past the diagonal, which :class:`gqa_flash.tile_counts.ScoreProducts` checks
 by counting the scores computed (as the graded test does).
 """
 
@@ -13,7 +13,7 @@ import re
 
 import torch
 
-from gqa_flash import api, testing
+from gqa_flash import api, testing, tile_counts
 from gqa_flash.lab.checks import replays
 from gqa_flash.lab.checks.cases import (
     Case, attention64, gqa_cause, head_mapping, run_torch, student_frame, where_attention,
@@ -242,7 +242,7 @@ def _check_answers(case: Case):
 def _check_work(case: Case):
     """A causal query tile must skip the key tiles past the diagonal: count the scores it computes."""
     q, k, v = case.qkv()
-    with testing.ScoreProducts(case.head_dim) as counter:
+    with tile_counts.ScoreProducts(case.head_dim) as counter:
         run_student("tiled", api.tiled_attention, q, k, v, causal=True, block_m=case.block_m,
                     block_n=case.block_n, part=2)
     where = f"case \"{case.name}\", block_m {case.block_m}, block_n {case.block_n}"
@@ -250,7 +250,7 @@ def _check_work(case: Case):
         raise Stop(fail("tiled", 2, "no tile of scores was computed with a matrix product", where=where,
                         hint="compute each tile of scores as a product of the query tile and the key tile's "
                              "transpose (the @ operator), as the kernel will with tl.dot"))
-    needed, everything = (testing.score_elements_needed(case.batch, case.n_q_heads, case.seq_len, case.block_m,
+    needed, everything = (tile_counts.score_elements_needed(case.batch, case.n_q_heads, case.seq_len, case.block_m,
                                                         case.block_n, causal=c) for c in (True, False))
     if counter.elements > needed:
         cause = ("the causal key loop walks every key tile: the answer is right (the mask hides the future) "
