@@ -106,3 +106,16 @@ def test_a_crash_no_known_mistake_explains_says_so_of_the_error(tmp_path, monkey
     out = explained(capsys)
     assert "likely cause: none known: none of the usual mistakes that this check replays raises this error" in out
     assert "compare next: the shapes of the tensors on the line that raised" in out, out
+
+
+def test_a_part_still_its_placeholder_is_told_so_on_the_first_run(monkeypatch):
+    # forward.py's stub, Part 1 done: Part 2's check said "FAIL ... where: ... got 0" and held "the placeholder
+    # is still there" for the second run, as if a mistake were to be found. There is nothing to find.
+    from gqa_flash.lab.checks.kernel_parts import PART_CHECKS
+
+    serve(impl.load("forward", "student"), "forward", monkeypatch)
+    shown = [v.staged(check.verdict()) for check in PART_CHECKS]
+    placeholders = [text for text in shown if v.PLACEHOLDER in text]
+    assert placeholders, shown
+    for text in placeholders:
+        assert "likely cause: the placeholder is still there" in text and "re-run this cell" not in text, text

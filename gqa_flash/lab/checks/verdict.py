@@ -95,6 +95,11 @@ class Verdict:
         """A failure with neither a likely cause nor a hint: none of the usual mistakes gives this result."""
         return not self.ok and not self.cause and not self.hint
 
+    @property
+    def placeholder(self) -> bool:
+        """A failure whose cause is the stub's placeholder, still there: told at once, as nothing is to be found."""
+        return not self.ok and PLACEHOLDER in (self.cause or "")
+
     def lines(self, reveal: bool = True) -> list[str]:
         """The verdict's lines; with ``reveal=False`` a failure's cause and hint are held back (step one).
 
@@ -102,7 +107,7 @@ class Verdict:
         cause is known and what to compare next.
         """
         out = [self.headline()]
-        held = not reveal and (self.unexplained or (not self.ok and self.cause))
+        held = not reveal and (self.unexplained or (not self.ok and self.cause)) and not self.placeholder
         if held:
             shown = (("where", self.where),)
         elif self.unexplained:
@@ -124,6 +129,7 @@ class Verdict:
         return "\n".join(self.lines())
 
 
+PLACEHOLDER = "placeholder is still there"  # in the cause of a part not written yet (its stub's placeholder)
 # What step one ends with. A failure with no cause but a hint (a part not started, not run yet) shows it at once.
 STEP_TWO = "cause: look where it points first; re-run this cell for the likely cause and a fix (or checks.explain())"
 STEP_TWO_NOWHERE = "cause: think it over first; re-run this cell for the likely cause and a fix (or checks.explain())"
