@@ -386,3 +386,24 @@ def test_make_lab_answers_in_the_edition(student_edition, tmp_path):
     finally:
         os.killpg(lab.pid, 15)
         lab.wait(timeout=30)
+
+
+def test_every_bench_file_a_page_of_the_edition_cites_is_in_it_or_said_to_stay_behind(student_edition):
+    """docs/performance.md and bench/RESULTS.md cite files of bench/record/ and the probe scripts, which stay
+    with the instructor: a student following "bench/record/h100_gluon_route_rerun.csv" found no such file.
+    The edition's pages now say, under their title, which cited files stay behind; a page or notebook that
+    cites one without that note fails here."""
+    dest, files = student_edition
+    unsaid = []
+    for name, content in sorted(files.items()):
+        if not name.endswith((".md", ".ipynb")):
+            continue
+        text = edition._readable(name, content)
+        missing = edition.cited_elsewhere(text, files)
+        said = next((line for line in text.splitlines() if line.startswith("> **In the student edition**")), "")
+        unsaid += [f"{name} cites {path}" for path in missing if f"`{path}`" not in said]
+    assert not unsaid, "cited in the edition, neither in it nor said to stay behind:\n" + "\n".join(unsaid)
+    performance = files["docs/performance.md"].decode().splitlines()
+    assert performance[0].startswith("# ") and performance[2].startswith("> **In the student edition**")
+    assert "`bench/record/`" in performance[2]
+    assert "In the student edition" not in (COURSE / "docs/performance.md").read_text()  # the course's own copy

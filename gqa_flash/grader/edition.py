@@ -25,7 +25,8 @@ It leaves out ``solutions/``, the mutants (they quote solution lines), the
 tests that need the solutions, ``tools/`` (they write notebooks from the
 instructor's data), the benchmark's exploration and probe scripts, and
 ``bench/record/``, the rest of the measurements (bench/RESULTS.md discusses
-them; the student edition keeps that text, not the files).
+them; the student edition keeps that text, not the files, and each page that cites
+such files says so under its title).
 :func:`leaks` lists every line of a solution region that can still be read
 anywhere in an edition; ``tests/test_edition.py`` holds it to none, and proves
 the edition works: 0 points on its stubs, full marks with the solutions copied
@@ -42,6 +43,7 @@ one commit. ``FORCE=1`` (``--force``) replaces the folder whole, ``.git`` includ
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import re
 import shutil
@@ -210,7 +212,42 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
     files["README.md"] = student_readme(course_dir).encode()
     files["Makefile"] = MAKEFILE.encode()
     files[".ci/run"] = CI_RUN.encode()
+    for name in [n for n in files if n.endswith(".md")]:
+        files[name] = _with_record_note(files[name].decode(), files).encode()
     return files
+
+
+# A path under bench/ that a page names (not after "git show COMMIT:", which names another commit's file).
+BENCH_CITED = re.compile(r"(?<![\w./:-])bench/[\w./*-]*[\w*]")
+RECORD_NOTE = ("> **In the student edition** this page cites files that stay with your instructor's copy of the "
+               "course: {names}. The numbers, and what they mean, are all here.")
+
+
+def cited_elsewhere(text: str, files) -> list[str]:
+    """What ``text`` cites under bench/ that is not in ``files``, by kind: the record ("bench/record/"), the
+    probes ("bench/probe_*"), the explorations ("bench/explore_*"), or a file by name. bench/out/ (where
+    the scripts write) is no file of the course."""
+    found = set()
+    for path in BENCH_CITED.findall(text):
+        if path in files or any(f.startswith(path + "/") or fnmatch.fnmatch(f, path) for f in files):
+            continue
+        kind = next((k for k in ("bench/record", "bench/probe_", "bench/explore_", "bench/out") if path.startswith(k)),
+                    None)
+        if kind != "bench/out":
+            found.add({"bench/record": "bench/record/"}.get(kind, f"{kind}*" if kind else path))
+    return sorted(found)
+
+
+def _with_record_note(text: str, files) -> str:
+    """``text`` with :data:`RECORD_NOTE` after its title when it cites bench/ files the edition leaves out."""
+    missing = cited_elsewhere(text, files)
+    if not missing:
+        return text
+    note = RECORD_NOTE.format(names=", ".join(f"`{p}`" for p in missing))
+    title, _, rest = text.partition("\n")
+    if not title.startswith("#"):
+        return f"{note}\n\n{text}"
+    return f"{title}\n\n{note}\n\n{rest.lstrip(chr(10))}"
 
 
 # --- writing and re-releasing ----------------------------------------------------------------------------------
