@@ -93,7 +93,7 @@ def table(report: Report) -> str:
         by_message: dict[str, list[TestResult]] = {}
         for t in tests:
             if not t.passed and not t.not_started and t.name != NOT_GRADED:
-                by_message.setdefault(mend(t.message), []).append(t)
+                by_message.setdefault(t.message, []).append(t)
         for message, failed in by_message.items():
             names = failed[0].name if len(failed) == 1 else f"{failed[0].name} and {len(failed) - 1} more"
             if len(failed) == len(tests) > 1:
@@ -185,21 +185,6 @@ def _cut(text: str, chars: int) -> str:
     return text[:chars - 1] + ELLIPSIS
 
 
-# How the test process cuts a long failure message (plugin.MESSAGE_CHARS), wherever the count ends: 'Or was 0
-# divid...', and where in the graded file it was raised after it.
-CUT_MID_WORD = re.compile(r"^(?P<text>.*\w)\.\.\.(?P<where> \([\w.]+\.py, line \d+\))?$", re.S)
-
-
-def mend(message: str) -> str:
-    """A failure message the test process cut mid-word ('... Or was 0 divid...'), cut back to its last sentence
-    or word instead ('... was anything written? …'); any other message as it is."""
-    m = CUT_MID_WORD.match(message)
-    if m is None:
-        return message
-    text = m["text"]
-    return _cut(text, len(text)) + (m["where"] or "")  # its last word may be cut: never kept whole
-
-
 # --- why points were lost ----------------------------------------------------------------
 
 LOST_CHARS = 180  # the reason of one part, in the CSV's lost column
@@ -244,7 +229,7 @@ def _why_failed(failed: list[TestResult], n: int) -> str:
     ran = [t for t in failed if not t.message.startswith(NOT_RUN)] or failed
     kinds: dict[str, list] = {}
     for t in ran:
-        message = mend(t.message) or "failed"
+        message = t.message or "failed"
         kinds.setdefault(_NUMBERS.sub("#", message), [message, 0])[1] += 1
     message, same = max(kinds.values(), key=lambda kind: kind[1])  # the first of the most common
     count = f"all {n} tests" if same == n > 1 else f"{same} of {n} test{'s' * (n != 1)}"
