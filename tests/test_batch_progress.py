@@ -81,10 +81,16 @@ def test_the_mean_is_of_the_required_points_over_the_submissions_with_something_
         "graded 5 submissions; 3 need a second look (the CSV's review column); 1 could not be graded (ERROR)",
         "mean 80 of the 100 required points (bonus not counted) over the 3 submissions with something to grade; "
         "2 held nothing to grade (0 points each) and are left out",
-        "2 of the 3 left out some or all of the bonus files: a routine note in their results and the CSV, not "
-        "counted on the lines above",
+        "2 of the 3 left out or never started some or all of the bonus files: said in their results and the "
+        "CSV's notes",
         "CSV: none (--csv FILE keeps one, and lets a batch run again go on)",
         "results: results/ (a .json per submission)"]
+    # A whole course folder hands the bonus in as its stubs: its own note says so, and the count has it.
+    folder_note = ("a whole course folder: graded naive.py, online_softmax.py, tiled.py, forward.py from the package "
+                   "at its top, ignored its other 40 files; not graded: backward.py, decode.py, ring.py, still the "
+                   f"stubs handed out {submission.BONUS_NOT_STARTED}")
+    with_folder = progress.batch_summary([row("100", notes=folder_note), row("90")], now=2, csv_path=None, out=None)
+    assert "1 of the 2 left out or never started some or all of the bonus files" in with_folder, with_folder
     partial = progress.batch_summary([row("20", max_score="20")], now=1, csv_path=None, out=None, partial=True)
     assert partial.splitlines()[1] == "mean 20 of the 20 points of the modules run over the 1 submission with " \
                                       "something to grade"
@@ -117,6 +123,6 @@ def test_a_batch_says_it_started_before_any_submission_is_graded(tmp_path, monke
     assert printed.out.splitlines()[1:3] == [
         "mean 10 of the 20 required points (bonus not counted) over the 2 submissions with something to grade; 1 "
         "held nothing to grade (0 points each) and is left out",
-        "2 of the 2 left out some or all of the bonus files: a routine note in their results and the CSV, not "
-        "counted on the lines above"]
+        "2 of the 2 left out or never started some or all of the bonus files: said in their results and the "
+        "CSV's notes"]
     assert submission.BONUS_NOT_HANDED_IN.strip(": ") in BONUS_NOTE

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from gqa_flash.grader import isolation
 from gqa_flash.grader.report import NOTHING_GRADED, PLATFORM_ONLY, GradeBook, num, review, total
-from gqa_flash.grader.submission import BONUS_NOT_HANDED_IN
+from gqa_flash.grader.submission import BONUS_NOT_HANDED_IN, BONUS_NOT_STARTED
 
 if TYPE_CHECKING:
     from gqa_flash.grader.grade import Report
@@ -160,10 +160,11 @@ def batch_summary(rows: list[dict[str, str]], *, now: int, csv_path: Path | None
         lines.append(_mean(held, empty, partial))
     elif graded:
         lines.append(f"no mean: none of the {len(graded)} held anything to grade")
-    no_bonus = sum(BONUS_NOT_HANDED_IN in r.get("notes", "") for r in held)
+    # Left out (a routine note) or handed in as the stubs within a whole course folder (that folder's own note).
+    no_bonus = sum(BONUS_NOT_HANDED_IN in r.get("notes", "") or BONUS_NOT_STARTED in r.get("notes", "") for r in held)
     if no_bonus:
-        lines.append(f"{no_bonus} of the {len(held)} left out some or all of the bonus files: a routine note in "
-                     "their results and the CSV, not counted on the lines above")
+        lines.append(f"{no_bonus} of the {len(held)} left out or never started some or all of the bonus files: "
+                     "said in their results and the CSV's notes")
     lines.append(f"CSV: {csv_path}" if csv_path else
                  "CSV: none (--csv FILE keeps one, and lets a batch run again go on)")
     lines.append(f"results: {out} (a .json per submission)" if out else

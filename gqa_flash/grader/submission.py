@@ -91,6 +91,7 @@ MAX_NAMED = 12  # files named in one "ignored" line; the rest are counted
 BONUS_FILES = frozenset(f"{m}.py" for m in layout.BONUS_MODULES)
 # The routine note of a submission without (some of) the bonus files: the batch's summary counts it.
 BONUS_NOT_HANDED_IN = "bonus not handed in: "
+BONUS_NOT_STARTED = "(bonus not started)"  # a whole course folder's bonus files, still the stubs
 
 
 @dataclass
@@ -408,7 +409,7 @@ def _course_folder(package: PurePosixPath, course_files: int, taken: list[str], 
         note += f"; {', '.join(required)} {are} handed out: not started"
     if bonus:
         stubs = "the stubs" if len(bonus) > 1 else "the stub"
-        note += f"; not graded: {', '.join(bonus)}, still {stubs} handed out (bonus not started)"
+        note += f"; not graded: {', '.join(bonus)}, still {stubs} handed out {BONUS_NOT_STARTED}"
     return note
 
 
