@@ -60,6 +60,21 @@ def test_canvas_names_are_graded_as_their_files(tmp_path):
     assert sub.stop is None
 
 
+def test_a_run_of_some_modules_names_only_their_files(tmp_path):
+    # --only naive: the notes named the Canvas download names of tiled.py and forward.py too, which that run
+    # never graded.
+    sub = submission.read(make_zip(tmp_path / "submissions.zip", {
+        "garciajose_12345_678901_naive.py": NAIVE,
+        "garciajose_LATE_12345_678901_tiled-1.py": TILED,
+        "garciajose_12345_678901_forward.py": b"old = 1\n",
+        "garciajose_12345_678901_forward-2.py": FORWARD,
+    }), expected=["naive.py"])
+    assert sub.files == {"naive.py": NAIVE}, sub.notes
+    notes = notes_of(sub)
+    assert "as naive.py (a Canvas download name)" in notes
+    assert "tiled" not in notes and "forward" not in notes, notes
+
+
 def test_moodle_folders_and_names(tmp_path):
     folder = "José García_12345_assignsubmission_file_"
     sub = submission.read(make_folder(tmp_path / "moodle", {

@@ -189,7 +189,7 @@ def read(source: Path | None, expected=GRADED_FILES) -> Submission:
         else:
             sub.notes.append(f"{source} does not exist")
             candidates, readable = [], False
-    ignored = _choose(candidates, sub)
+    ignored = _choose(candidates, sub, expected)
     own = student_of(source.name or source.resolve().name, folder=source.is_dir()) if source is not None else None
     sub.student = own or sub.student  # a Moodle folder, a Canvas file handed in alone: the name says who
     for name, content in sub.files.items():
@@ -345,8 +345,9 @@ def _package(candidates) -> PurePosixPath | None:
     return min(packages, key=lambda f: (len(f.parts), str(f))) if packages else None
 
 
-def _choose(candidates, sub: Submission) -> list[PurePosixPath]:
-    """Pick each graded file, and say what was left aside and why; returns the files not taken for one."""
+def _choose(candidates, sub: Submission, expected=GRADED_FILES) -> list[PurePosixPath]:
+    """Pick each graded file of ``expected``, and say what was left aside and why; returns the files not taken for
+    one. A graded file outside ``expected`` (a run of some modules only) is neither taken nor named."""
     first_note = len(sub.notes)
     package, course_files = _package(candidates), 0
     if package is not None:  # a whole course folder: only the package's graded files, and its student's own
@@ -358,7 +359,7 @@ def _choose(candidates, sub: Submission) -> list[PurePosixPath]:
         name = graded_name(candidate[0].name)
         (claims.setdefault(name.graded, []) if name.graded else ignored).append((candidate, name))
     taken: dict[str, PurePosixPath] = {}
-    for graded in GRADED_FILES:
+    for graded in (g for g in GRADED_FILES if g in expected):
         ranked = sorted(claims.get(graded, []),
                         key=lambda cn: (cn[1].rank, len(cn[0][0].parts), -cn[1].again, str(cn[0][0])))
         if not ranked:
