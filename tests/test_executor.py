@@ -288,7 +288,49 @@ def test_on_a_gpu_the_executor_runs_each_autotuner_on_one_config(monkeypatch):
         tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
 
     monkeypatch.setattr(Autotuner, "prune_configs", Autotuner.prune_configs)  # restored after the test
+    monkeypatch.setattr(Autotuner, "run", Autotuner.run)
     executor_module.one_config_per_autotuner()
     x = torch.ones(40)
     doubled[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, 40)
     assert torch.equal(x, torch.full((40,), 2.0)) and doubled.best_config.kwargs == {"BLOCK": 32}
+
+
+def test_where_the_first_candidate_does_not_fit_the_gpu_the_executor_takes_the_next(monkeypatch):
+    """On an H100 the solutions' forward failed test_forward_head_dim_256 under the grader: "OutOfResources: out
+    of resource: shared memory, Required: 344320, Hardware limit: 232448". The first candidate its pruning
+    leaves (64x64, 3 stages) does not fit at head dim 256; the autotuner's search would have passed over it.
+    The executor now runs the next candidate instead, and keeps searching no further."""
+    import triton
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.errors import OutOfResources
+
+    from gqa_flash.grader import executor as executor_module
+
+    launched = []
+
+    def kernel():  # what the autotuner finds at the bottom of its .fn chain
+        pass
+
+    class Launcher:  # a kernel whose tiles past 32 need more shared memory than the GPU has
+        arg_names = ["x", "n"]
+
+        def __init__(self):
+            self.fn = kernel
+
+        def run(self, *args, **meta):
+            launched.append(meta["BLOCK"])
+            if meta["BLOCK"] > 32:
+                raise OutOfResources(344320, 232448, "shared memory")
+            return meta["BLOCK"]
+
+    monkeypatch.setattr(Autotuner, "prune_configs", Autotuner.prune_configs)
+    monkeypatch.setattr(Autotuner, "run", Autotuner.run)
+    executor_module.one_config_per_autotuner()
+    tuner = Autotuner(Launcher(), ["x", "n"], [triton.Config({"BLOCK": b}) for b in (128, 64, 32, 16)], ["n"],
+                      None, None)
+    assert tuner.run(None, 100) == 32 and launched == [128, 64, 32]
+    assert tuner.run(None, 100) == 32 and launched[3:] == [32]  # the shape keeps the candidate that fit
+    everything = Autotuner(Launcher(), ["x", "n"], [triton.Config({"BLOCK": b}) for b in (128, 64)], ["n"], None,
+                           None)
+    with pytest.raises(OutOfResources):  # none fits: the error the kernel gave, as the search would give it
+        everything.run(None, 100)

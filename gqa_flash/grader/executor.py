@@ -296,15 +296,36 @@ def ring(world_size: int, cases: list) -> list:
 def one_config_per_autotuner() -> None:
     """On a GPU a graded call checks what a kernel computes, not how fast it is: the autotuner's search (a
     compile and a benchmark of every candidate, for each new shape, ~25 s a forward test on an H100) buys
-    nothing there. Each autotuner keeps the first candidate its own pruning leaves."""
+    nothing there. Each autotuner runs the first candidate its own pruning leaves, and, where that one does not
+    fit the GPU (its shared memory or registers, as a search would have found), the next: a kernel whose
+    search finds a candidate that fits is never failed for the first one's size."""
+    from triton.compiler.errors import CompileTimeAssertionFailure
     from triton.runtime.autotuner import Autotuner
+    from triton.runtime.errors import OutOfResources, PTXASError
 
-    pruned = Autotuner.prune_configs
+    pruned, run = Autotuner.prune_configs, Autotuner.run
 
-    def first_only(self, *args, **kwargs):
-        return pruned(self, *args, **kwargs)[:1]
+    def one(self, *args, **kwargs):
+        candidates = pruned(self, *args, **kwargs)
+        self._grading_candidates = len(candidates)
+        return candidates[min(getattr(self, "_grading_skip", 0), len(candidates) - 1):][:1]
 
-    Autotuner.prune_configs = first_only
+    def first_that_fits(self, *args, **kwargs):
+        self._grading_skip = 0
+        while True:
+            try:
+                return run(self, *args, **kwargs)
+            except (OutOfResources, PTXASError, CompileTimeAssertionFailure):
+                failed = getattr(self, "best_config", None)
+                if failed is None or self._grading_skip + 1 >= getattr(self, "_grading_candidates", 1):
+                    raise
+                # Forget the shapes that chose it, and take the next candidate.
+                self.cache = {key: config for key, config in self.cache.items() if config is not failed}
+                self._grading_skip += 1
+            finally:
+                self.nargs = None
+
+    Autotuner.prune_configs, Autotuner.run = one, first_that_fits
 
 
 def main() -> int:
