@@ -190,3 +190,55 @@ def test_notebook_05_and_its_record_are_what_the_generator_writes():
                           cwd=COURSE, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "are what tools/make_performance_notebook.py writes" in done.stdout, (
         done.stdout + done.stderr)
+
+
+def test_notebook_07s_measured_numbers_are_those_of_its_csvs():
+    """Notebook 07's account of the H100 run is prose, typed from notebooks/data/h100_decode_public_api.csv and
+    h200_decode.csv; it had drifted from them (eager "0.96-1.21x" where the file gives 0.97-1.21, SDPA's host
+    time "15-21" us where it reaches 25). Each number is computed here from the file and looked for in the text."""
+    import csv
+
+    text = " ".join(" ".join(c.source.split()) for c in _read("07_decoding").cells if c.cell_type == "markdown")
+
+    def rows_of(name):
+        with open(COURSE / "notebooks" / "data" / name) as f:
+            return [r for r in csv.DictReader(f) if r["status"] == "ok"]
+
+    def by_shape(rows, provider, cache, timing=None):
+        return {(int(r["batch"]), int(r["context"])): r for r in rows if r["provider"] == provider
+                and r["cache"] == cache and (timing is None or r["timing"] == timing)}
+
+    def span(values, digits=2, unit="×"):
+        lo, hi = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+        return (lo if lo == hi else f"{lo}–{hi}") + unit
+
+    rows = rows_of("h100_decode_public_api.csv")
+    graph = by_shape(rows, "flash_decode", "contiguous", "cuda_graph")
+    paged = by_shape(rows, "flash_decode", "paged", "cuda_graph")
+    plain = by_shape(rows, "flash_decode", "contiguous", "plain")
+    sdpa = by_shape(rows, "sdpa_default", "contiguous", "plain")
+    ratio = {k: float(r["ratio_to_sdpa_default"]) for k, r in graph.items()}
+    long = [v for (b, n), v in ratio.items() if n >= 8192]
+    wanted = [f"{span(long)} from 8k tokens at every batch",
+              f"{span([v for (b, n), v in ratio.items() if n >= 8192 and b == 1])} at batch 1 from 8k",
+              f"{ratio[(1, 1024)]:.2f}× at batch 1, 1k, where a whole step takes "
+              f"{float(graph[(1, 1024)]['ms']) * 1000:.0f} microseconds"]
+    share = {k: float(graph[k]["ms"]) / float(paged[k]["ms"]) for k in graph}
+    usual = [v for v in share.values() if v >= 0.95]
+    wanted.append(f"runs at {span(usual, unit='')} of the contiguous speed at {len(usual)} of the {len(share)} shapes, "
+                  f"{share[(1, 1024)]:.2f} at batch 1, 1k and {share[(1, 8192)]:.2f} at batch 1, 8k")
+    split = [float(r["host_us"]) for k, r in plain.items() if int(r["num_splits"]) > 1 and k != (1, 1024)]
+    whole = [float(r["host_us"]) for r in plain.values() if int(r["num_splits"]) == 1]
+    wanted.append(f"level with SDPA or ahead at every shape "
+                  f"({span([float(r['ratio_to_sdpa_default']) for r in plain.values()])}): a call costs the host "
+                  f"about {span(split, 0, '')} microseconds with a split and {span(whole, 0, '')} without (the `host "
+                  f"us` column; SDPA's {span([float(r['host_us']) for r in sdpa.values()], 0, '')}; the first "
+                  f"shape's {float(plain[(1, 1024)]['host_us']):.0f} is the process warming up)")
+    h200 = rows_of("h200_decode.csv")
+    flex = {k: float(r["ratio_to_sdpa_default"]) for k, r in by_shape(h200, "flex", "contiguous").items()}
+    padded = [float(r["ratio_to_sdpa_default"]) for r in by_shape(h200, "course_prefill_padded", "contiguous").values()]
+    wanted += [f"Flex ran at {span([v for (b, n), v in flex.items() if b < 64])} of SDPA at batch 1 and 8 and "
+               f"{span([v for (b, n), v in flex.items() if b == 64])} at batch 64 up to 8k",
+               f"padded to the whole context it ran at {min(padded):.3f}–{max(padded):.2f}× of SDPA"]
+    missing = [w for w in wanted if w not in text]
+    assert not missing, "notebook 07's text does not say what its CSVs hold:\n" + "\n".join(missing)
