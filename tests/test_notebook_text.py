@@ -192,6 +192,16 @@ def test_notebook_05_and_its_record_are_what_the_generator_writes():
         done.stdout + done.stderr)
 
 
+@pytest.mark.parametrize("name,generator", [("05_performance", "make_performance_notebook.py"),
+                                            ("06_backward_and_training", "make_backward_notebook.py")])
+def test_a_generated_notebook_names_its_generator_and_is_what_it_writes(name, generator):
+    # 05 and 06 are written by tools/; neither said so, and no test regenerated 06.
+    assert _read(name).metadata["gqa_flash"]["generated_by"] == f"tools/{generator}"
+    done = subprocess.run([sys.executable, str(COURSE / "tools" / generator), "--check"], cwd=COURSE,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and f"what tools/{generator} writes" in done.stdout, done.stdout + done.stderr
+
+
 def test_notebook_07s_measured_numbers_are_those_of_its_csvs():
     """Notebook 07's account of the H100 run is prose, typed from notebooks/data/h100_decode_public_api.csv and
     h200_decode.csv; it had drifted from them (eager "0.96-1.21x" where the file gives 0.97-1.21, SDPA's host

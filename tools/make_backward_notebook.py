@@ -597,4 +597,26 @@ for i, c in enumerate(cells):
     for key, value in NUM.items():  # the numbers, in the text and in the code that must agree with it
         c["source"] = c["source"].replace(f"<<{key}>>", value)
     assert "_NARRATIVE" not in c["source"] and "<<" not in c["source"], c["source"][:80]
-nbf.write(nb, "notebooks/06_backward_and_training.ipynb")
+NOTEBOOK = "notebooks/06_backward_and_training.ipynb"
+nb["metadata"]["gqa_flash"] = {"generated_by": "tools/make_backward_notebook.py",
+                               "note": "edit the generator, run it, then execute the notebook (its docstring)"}
+
+
+def stale() -> bool:
+    """Whether the notebook's cells (their outputs aside) or its metadata differ from what this script writes."""
+    written = nbf.read(NOTEBOOK, as_version=4)
+    return ([(c.cell_type, c.get("id"), c.source) for c in written.cells] != [(c.cell_type, c.id, c.source)
+                                                                             for c in cells]
+            or written.metadata.get("gqa_flash") != nb["metadata"]["gqa_flash"])
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--check" in sys.argv[1:]:
+        if stale():
+            sys.exit(f"out of date with tools/make_backward_notebook.py: {NOTEBOOK}; run it, then execute the "
+                     "notebook as its docstring says")
+        print(f"{NOTEBOOK} is what tools/make_backward_notebook.py writes")
+    else:
+        nbf.write(nb, NOTEBOOK)

@@ -422,6 +422,8 @@ for i, c in enumerate(cells):
 nb = nbf.v4.new_notebook()
 nb["cells"] = cells
 nb["metadata"]["kernelspec"] = {"display_name": "Python 3 (gqa-flash)", "language": "python", "name": "python3"}
+nb["metadata"]["gqa_flash"] = {"generated_by": "tools/make_performance_notebook.py",
+                               "note": "edit the generator, run it, then execute the notebook (its docstring)"}
 docs = record.updated(record.DOCS.read_text(), record.section(fill, hopper_section))
 
 
@@ -430,7 +432,8 @@ def stale() -> list[str]:
     docs/performance.md."""
     written = nbf.read(str(NOTEBOOK), as_version=4)
     out = []
-    if [(c.cell_type, c.get("id"), c.source) for c in written.cells] != [(c.cell_type, c.id, c.source) for c in cells]:
+    if ([(c.cell_type, c.get("id"), c.source) for c in written.cells] != [(c.cell_type, c.id, c.source) for c in cells]
+            or written.metadata.get("gqa_flash") != nb["metadata"]["gqa_flash"]):
         out.append(str(NOTEBOOK.relative_to(NOTEBOOK.parents[1])))
     if record.DOCS.read_text() != docs:
         out.append(str(record.DOCS.relative_to(NOTEBOOK.parents[1])))
