@@ -11,6 +11,7 @@ tests by collecting them (nothing runs).
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -257,10 +258,10 @@ def test_the_csv_says_why_each_part_lost_points():
         "naive.py 0/20: timed out after 60 s: an endless loop, or far too slow (2 of 5 tests; the other 3 not run)",
         "online_softmax.py 0/15: not handed in",
         "tiled.py 0/25: not started",
-        "forward.py 5/40: AssertionError: O: first wrong at batch 0, head 0, row 0, col 0: got nan, expected 0.12 "
+        "forward.py 5/40: O: first wrong at batch 0, head 0, row 0, col 0: got nan, expected 0.12 "
         "(512 of 512 entries wrong, max |error| inf); every entry is NaN: was anything written? … (6 of 8 tests; 1 "
         "more failed otherwise)",
-        "decode.py (bonus) 7.5/15: AssertionError: LSE wrong (1 of 2 tests)"]  # backward: a bonus not started
+        "decode.py (bonus) 7.5/15: LSE wrong (1 of 2 tests)"]  # backward: a bonus not started
     book = report.GradeBook(Path("/nonexistent/never-written.csv"), [], hidden=False)
     assert book.row(graded)["lost"] == report.lost(graded)
     zeroed = grade.Report("x", tests=results("naive", [True, "0 points: naive.py did not do its own work"], 20,
@@ -321,3 +322,35 @@ def test_the_csvs_columns_go_straight_into_a_gradebook(tmp_path):
     old.write_text("submission,results,score\n")
     with pytest.raises(SystemExit, match="use another --csv file"):
         report.GradeBook(old, ["naive"], hidden=False)
+
+
+def test_the_tables_verdict_tells_a_hang_and_a_gate_from_wrong_answers():
+    # A hang read "naive.py 0 / 20 failed (all 8)": 2 tests timed out and 6 were not run; a file the static
+    # gate refused read "failed (all 1)".
+    hung = results("naive", [HANG, HANG] + ["not run: naive already hung or crashed 2 times"] * 6, 20)
+    assert report.verdict(hung) == "of 8: 2 timed out, 6 not run"
+    mixed = results("naive", [True, "AssertionError: wrong", HANG, "not run: the submission's time is up"], 20)
+    assert report.verdict(mixed) == "of 4: 1 failed, 1 timed out, 1 not run"
+    assert report.verdict(results("naive", ["AssertionError: wrong"] * 3, 20)) == "failed (all 3)"
+    assert report.verdict(results("naive", [True, "AssertionError: wrong"], 20)) == "1 of 2 failed"
+    gated = grade.refused_by_gate(grade.sandbox.snapshot(), ["tests/graded/test_naive.py"],
+                                  {"naive.py": ["line 3: imports numpy"]})
+    assert report.verdict(gated).startswith("not run: the static gate refused the file"), report.verdict(gated)
+    assert HANG.startswith(report.TIMED_OUT)
+
+
+def test_one_wrong_o_at_many_cases_is_one_failure_in_the_csv_and_the_table():
+    # acc never rescaled: 21 of forward's 26 tests failed with the same wrong O at other shapes, dtypes and
+    # layouts. The lost cell said "AssertionError: O: first wrong ... (4 of 26 tests; 17 more failed otherwise)",
+    # and the table listed 21 lines.
+    cases = [("causal=True, float32, layout contiguous, V layout bnhd", "[2, 8, 29, 24] with 2"),
+             ("causal=True, float16, layout bnhd, V layout contiguous", "[2, 6, 21, 48] with 3"),
+             ("causal=False, float32, layout strided, V layout padded", "[1, 4, 40, 80] with 1")] * 7
+    wrong = [f"AssertionError: O: first wrong at batch 0, head {i % 3}, row 2{i % 10}, col 0: got 0.{i}4, expected "
+             f"0.25 ({100 + i} of 11136 entries wrong, max |error| 2.0{i}); seed {1000 + i}, shape {shape} KV heads, "
+             f"{case}" for i, (case, shape) in enumerate(cases)]
+    graded = grade.Report("bob.zip", tests=results("forward", [True] * 5 + wrong, 40), files=["forward.py"])
+    lost = report.lost(graded)
+    assert re.match(r"forward\.py [\d.]+/40: O: first wrong at batch 0", lost) and lost.endswith("(21 of 26 tests)"), lost
+    failures = [line for line in grade.table(graded).splitlines() if line.startswith("      ")]
+    assert len(failures) == 1 and failures[0].startswith("      test_forward[5] and 20 more: AssertionError: O:")

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 from gqa_flash import layout
-from gqa_flash.grader import downloads, submission
+from gqa_flash.grader import downloads, report, submission
 
 NAIVE = b"def naive_attention(q, k, v, causal=True, sm_scale=None):\n    return q\n"
 TILED = b"def tiled_attention(q, k, v, causal=True, sm_scale=None):\n    return q\n"
@@ -221,6 +221,13 @@ def test_an_empty_zip_stops(tmp_path):
     sub = submission.read(make_zip(tmp_path / "empty.zip", {}), expected=expected)
     assert sub.stop == ("empty.zip is empty: no graded file found (expected naive.py, tiled.py); hand in "
                         "gqa_flash/naive.py, gqa_flash/tiled.py (your graded files), e.g. with make submission")
+    # Every module: the bonus files are asked for only if started, as the README says (it listed all seven).
+    whole = submission.read(make_zip(tmp_path / "erin.zip", {}))
+    assert whole.stop.endswith("hand in gqa_flash/naive.py, gqa_flash/online_softmax.py, gqa_flash/tiled.py, "
+                               "gqa_flash/forward.py (your graded files), and each bonus file you started "
+                               "(backward.py, decode.py, ring.py), e.g. with make submission"), whole.stop
+    # The review column cuts it at a word, never inside the open parenthesis of the expected files.
+    assert report.short(whole.stop) == "erin.zip is empty: no graded file found…"
     junk = submission.read(make_zip(tmp_path / "junk.zip", {"__MACOSX/._x": b"\0", ".DS_Store": b"\0"}))
     assert junk.stop is not None and junk.stop.startswith("junk.zip is empty")
     broken = tmp_path / "broken.zip"

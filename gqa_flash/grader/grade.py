@@ -81,7 +81,7 @@ from gqa_flash import layout
 from gqa_flash.grader import downloads, gate, gradescope, isolation, sandbox, submission, testrun
 from gqa_flash.grader.platforms import Student
 from gqa_flash.grader.progress import Progress, batch_summary, progress_line, summary_row
-from gqa_flash.grader.report import (NOT_GRADED, GradeBook, integrity_lines, num, part_name, results_names,
+from gqa_flash.grader.report import (GATE, NOT_GRADED, GradeBook, integrity_lines, num, part_name, results_names,
                                      stem, student_name, table, total, verdict, write_json)
 from gqa_flash.grader.started import (STUB_PRINTS, code_fingerprint, mark_not_started, not_started,  # noqa: F401
                                       stub_fingerprints, stub_manifest)  # re-exported: conftest, handin, edition...
@@ -290,7 +290,7 @@ def refused_by_gate(course: sandbox.Course, test_files: list[str], gated: dict[s
     for t in tests:
         violations = gated[f"{t.part}.py"]
         more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-        t.name = "static gate"
+        t.name = GATE
         t.id = t.id.replace(NOT_GRADED, t.name)
         t.message = (f"integrity: gate: {violations[0]}{more}; graded code may use only what its exercise needs, "
                      "so it was not run and this part scores 0")

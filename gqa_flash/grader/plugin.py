@@ -48,7 +48,7 @@ import pytest
 from gqa_flash import integrity
 from gqa_flash.grader.calls import StudentCrash, StudentRaised
 from gqa_flash.grader.isolation import set_limit
-from gqa_flash.grader.report import NOT_STARTED, clip
+from gqa_flash.grader.report import NOT_STARTED, TIMED_OUT, clip
 from gqa_flash.layout import GRADED_FILES
 from gqa_flash.grader.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
 
@@ -182,7 +182,7 @@ def describe(excinfo, graded_files) -> tuple[str, bool]:
     text = str(exc)
     if "Timeout" in text and "pytest-timeout" in text and not hasattr(exc, "student_type"):
         seconds = text.split("(>", 1)[-1].split("s)", 1)[0].removesuffix(".0")
-        return f"timed out after {seconds} s: an endless loop, or far too slow", True
+        return f"{TIMED_OUT}{seconds} s: an endless loop, or far too slow", True
     if isinstance(exc, StudentCrash):  # the executor died: a strike, as a hang is
         return clip(text.strip().splitlines()[0], 2 * MESSAGE_CHARS), True
     if integrity.unwrap(exc) is not None:  # integrity: or address check: the message says it all

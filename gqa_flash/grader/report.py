@@ -64,12 +64,20 @@ def verdict(tests: list[TestResult]) -> str:
         return "not graded (see the note)"
     if all(t.not_started for t in tests):
         return NOT_HANDED_IN if tests[0].message == NOT_HANDED_IN else NOT_STARTED
-    failed = sum(not t.passed for t in tests)
+    if all(t.name == GATE for t in tests):
+        return "not run: the static gate refused the file (the integrity line says why)"
+    failed = [t for t in tests if not t.passed]
+    n = len(tests)
     if not failed:
-        return f"passed ({len(tests)} test{'s' * (len(tests) != 1)})"
-    if failed == len(tests):
-        return f"failed (all {len(tests)})"
-    return f"{failed} of {len(tests)} failed"
+        return f"passed ({n} test{'s' * (n != 1)})"
+    hung = sum(t.message.startswith(TIMED_OUT) for t in failed)
+    skipped = sum(t.message.startswith(NOT_RUN) for t in failed)
+    wrong = len(failed) - hung - skipped
+    if not hung and not skipped:
+        return f"failed (all {n})" if wrong == n else f"{wrong} of {n} failed"
+    # A hang, and the tests not run after it, are not wrong answers: say which is which.
+    said = [f"{k} {what}" for k, what in ((wrong, "failed"), (hung, "timed out"), (skipped, "not run")) if k]
+    return f"of {n}: {', '.join(said)}"
 
 
 def integrity_lines(flags: list[str]) -> list[str]:
@@ -90,11 +98,12 @@ def table(report: Report) -> str:
         got, worth = total(t.score for t in tests), total(t.max_score for t in tests)
         rows.append(f"  {part_name(tests[0]):<24} {num(got):>5} / {num(worth):<3}  {verdict(tests)}")
         # Failed tests, those that failed the same way on one line (a stub fails every test alike).
-        by_message: dict[str, list[TestResult]] = {}
+        by_message: dict[str, list[TestResult]] = {}  # by kind: the first message of each stands for the rest
         for t in tests:
             if not t.passed and not t.not_started and t.name != NOT_GRADED:
-                by_message.setdefault(t.message, []).append(t)
-        for message, failed in by_message.items():
+                by_message.setdefault(kind(t.message), []).append(t)
+        for failed in by_message.values():
+            message = failed[0].message
             names = failed[0].name if len(failed) == 1 else f"{failed[0].name} and {len(failed) - 1} more"
             if len(failed) == len(tests) > 1:
                 names = f"all {len(tests)} tests"
@@ -179,6 +188,8 @@ def _cut(text: str, chars: int) -> str:
     space = text.rfind(" ", 0, chars + 1)  # a word's end, then "…"
     while space >= chars // 2:
         kept = text[:space].rstrip(" ,;:(-")
+        if kept.count("(") > kept.count(")") and kept.rfind("(") >= chars // 2:  # not inside a parenthesis
+            kept = kept[:kept.rfind("(")].rstrip(" ,;:(-")
         if len(kept) < chars:
             return kept + ELLIPSIS
         space = text.rfind(" ", 0, space)
@@ -189,6 +200,8 @@ def _cut(text: str, chars: int) -> str:
 
 LOST_CHARS = 180  # the reason of one part, in the CSV's lost column
 NOT_RUN = "not run: "  # a test the grader gave up on (a part that hung twice, the submission's time used up)
+TIMED_OUT = "timed out after "  # a test that ran past its time limit (plugin.describe)
+GATE = "static gate"  # the one test of a part whose file the static gate refused (grade.refused_by_gate)
 
 
 def lost(report: Report) -> str:
@@ -220,18 +233,26 @@ def lost(report: Report) -> str:
     return " | ".join(reasons)
 
 
-_NUMBERS = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+_NUMBERS = re.compile(r"(?<!Part )(?<!\w)\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # "Part 2" is no case's number
+CASE = "; seed "  # where a graded test's message names its case (testing.case_context): seed, shape, dtype, layout
+
+
+def kind(message: str) -> str:
+    """What a failure message says, without its case and its numbers: the same wrong O at another shape, dtype
+    or layout is the same failure."""
+    return _NUMBERS.sub("#", message.split(CASE, 1)[0])
 
 
 def _why_failed(failed: list[TestResult], n: int) -> str:
-    """The failure most of these tests share, clipped, and how many tests it stands for. Messages that differ
-    only in their numbers (the same NaN output at other shapes) are one failure; the first one stands for it."""
+    """The failure most of these tests share, clipped, and how many tests it stands for. Messages of one
+    :func:`kind` are one failure; the first one stands for it, without its exception's name."""
     ran = [t for t in failed if not t.message.startswith(NOT_RUN)] or failed
     kinds: dict[str, list] = {}
     for t in ran:
         message = t.message or "failed"
-        kinds.setdefault(_NUMBERS.sub("#", message), [message, 0])[1] += 1
-    message, same = max(kinds.values(), key=lambda kind: kind[1])  # the first of the most common
+        kinds.setdefault(kind(message), [message, 0])[1] += 1
+    message, same = max(kinds.values(), key=lambda k: k[1])  # the first of the most common
+    message = message.removeprefix("AssertionError: ")
     count = f"all {n} tests" if same == n > 1 else f"{same} of {n} test{'s' * (n != 1)}"
     others = len(ran) - same
     not_run = len(failed) - len(ran)

@@ -246,9 +246,13 @@ def _meant(rel: PurePosixPath) -> str | None:
 
 
 def _hand_in(files) -> str:
+    """What to hand in: the required files named, and the bonus ones only if started (the README says so)."""
     files = sorted(files, key=lambda f: GRADED_FILES.index(f) if f in GRADED_FILES else len(GRADED_FILES))
-    return (f"hand in {', '.join(f'gqa_flash/{f}' for f in files)} (your graded file{'s' * (len(files) != 1)}), "
-            "e.g. with make submission")
+    required = [f for f in files if f not in BONUS_FILES] or files
+    bonus = [f for f in files if f not in required]
+    return (f"hand in {', '.join(f'gqa_flash/{f}' for f in required)} (your graded file{'s' * (len(required) != 1)})"
+            + (f", and each bonus file you started ({', '.join(bonus)})" if bonus else "")
+            + ", e.g. with make submission")
 
 
 def _nfc(name: str) -> str:
