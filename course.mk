@@ -12,6 +12,14 @@ LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: setup lab test-graded grade submission grade-submissions clean
 
+# A word after the target that no target has is most often pytest's option: in `make test-graded -k causal`
+# make takes -k as its own and "causal" as a target. Stop before any test runs, and say where options go.
+define check_goals
+@for goal in $(MAKECMDGOALS); do case "$$goal" in setup|lab|test-graded|grade|submission|grade-submissions|clean|\
+test|test-*|autograder|release|check-release|student-edition) ;; *) echo "make: no target '$$goal'. Options for \
+pytest go in ARGS, e.g. make test-graded MODULE=forward ARGS=\"-k $$goal -v\"" >&2; exit 2 ;; esac; done
+endef
+
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -29,10 +37,12 @@ lab: setup
 # MODULE=naive (or MODULE="naive online_softmax") grades those modules only. A module still holding
 # its stub is one line, "not started"; the run fails only for failures in the modules you started.
 test-graded: setup
-	GQA_FLASH_IMPL=student GQA_FLASH_MODULE="$(MODULE)" $(BIN)/python -m pytest tests/graded
+	$(check_goals)
+	GQA_FLASH_IMPL=student GQA_FLASH_MODULE="$(MODULE)" $(BIN)/python -m pytest tests/graded $(ARGS)
 
 # Grade your files as the instructor's grader does (MODULE= as above; add ARGS="--out results.json")
 grade: setup
+	$(check_goals)
 	$(BIN)/python -m gqa_flash.grader $(if $(strip $(MODULE)),--only "$(strip $(MODULE))") $(ARGS)
 
 # The zip you hand in: your graded files from gqa_flash/, flat; a file still its stub is left out, and named.
@@ -61,3 +71,4 @@ endif
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+

@@ -609,6 +609,23 @@ def test_make_passes_module_to_test_graded_and_grade(tmp_path):
     assert '-m gqa_flash.grader --only "naive tiled"' in done.stdout, done
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_pytest_options_go_in_args_and_one_typed_after_the_target_stops_at_once(tmp_path):
+    # `make test-graded MODULE=backward -k causal` ran all 13 tests (make took -k as its own), then said
+    # "No rule to make target 'causal'"; and the README's "-v for tracebacks" did not say how.
+    done = subprocess.run(["make", "-n", "-f", "course.mk", "test-graded", "MODULE=forward", "ARGS=-k causal -v",
+                           f"VENV={tmp_path / 'venv'}"], cwd=COURSE, capture_output=True, text=True, timeout=60)
+    assert "-m pytest tests/graded -k causal -v" in done.stdout, done
+    venv = tmp_path / "installed"
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".installed").touch()  # newer than pyproject.toml: setup has nothing to do
+    done = subprocess.run(["make", "-f", "course.mk", "test-graded", "MODULE=backward", "causal", f"VENV={venv}"],
+                          cwd=COURSE, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "pytest" not in done.stdout, done
+    assert ("make: no target 'causal'. Options for pytest go in ARGS, e.g. make test-graded MODULE=forward "
+            'ARGS="-k causal -v"') in done.stderr, done
+
+
 def test_a_failure_line_is_cut_at_a_word_not_mid_word():
     """Grader lines were cut mid-word ("Or was 0 divid..."); they end at a sentence or a word, with an ellipsis."""
     from gqa_flash.grader import plugin
