@@ -227,6 +227,7 @@ def test_a_forward_right_on_one_block_only_stops_training_too(monkeypatch, tmp_p
     serve(mutant.imported(tmp_path), "forward", monkeypatch)
     reason = backward_walks.why_not_train()
     assert reason is not None and "on several query and key blocks" in reason, reason
+    assert "[B, N, H, D] layout, its output does not match" in reason, reason  # it ran on: "layout its output"
     assert "checks.check_forward()" in reason and "backward" not in reason.split("(the forward pass)")[1], reason
 
 

@@ -252,3 +252,33 @@ def test_notebook_07s_measured_numbers_are_those_of_its_csvs():
                f"padded to the whole context it ran at {min(padded):.3f}–{max(padded):.2f}× of SDPA"]
     missing = [w for w in wanted if w not in text]
     assert not missing, "notebook 07's text does not say what its CSVs hold:\n" + "\n".join(missing)
+
+
+def test_every_signature_a_notebook_shows_is_the_one_in_the_file():
+    """Notebook 07 showed `_split_partial(..., N_Q, HEAD_DIM, BLOCK_N, ...)` where decode.py has `N_Q, HEAD_DIM,
+    N_PAGES, BLOCK_N`: a signature typed into the text drifts from the file. Each `def` a notebook's text shows
+    (in a ```python block) must have the parameters of the function of that name in a graded file."""
+    import ast
+
+    defined: dict[str, list] = {}
+    for path in sorted((COURSE / "solutions").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                defined.setdefault(node.name, []).append([a.arg for a in node.args.args])
+    wrong = []
+    for notebook in NOTEBOOKS:
+        for cell in _read(notebook.stem).cells:
+            if cell.cell_type != "markdown":
+                continue
+            for block in re.findall(r"```python\n(.*?)```", cell.source, re.S):
+                try:
+                    tree = ast.parse(block)
+                except SyntaxError:
+                    continue
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.FunctionDef) and node.name in defined:
+                        shown = [a.arg for a in node.args.args]
+                        if shown not in defined[node.name]:
+                            wrong.append(f"{notebook.stem}: {node.name}({', '.join(shown)}), the file has "
+                                         f"({', '.join(defined[node.name][0])})")
+    assert not wrong, "\n".join(wrong)

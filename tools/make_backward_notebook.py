@@ -520,7 +520,8 @@ already: two kernels). Below, each bar is one call, in units of SDPA's whole bac
 
 The dK/dV pass is <<kv_share>>% of the kernels' time. Count each pass's own work and the difference is
 plain: from N = 4k the dQ pass runs at <<dq_rate>> TFLOP/s (three matrix products a tile), the dK/dV pass
-at <<kv_rate>> (four), and cuDNN's whole backward at <<sdpa_rate>>. The dQ pass is the forward's shape
+at <<kv_rate>> (four), and cuDNN's whole backward at <<sdpa_rate>> in the same profile (another run than the
+table's above, hence cuDNN's own numbers differ). The dQ pass is the forward's shape
 again: one accumulator, queries down the rows, LSE and $D$ one number per row. The dK/dV pass holds two
 accumulators, $dK$ and $dV$, a row per key, and works on the tile transposed: each thread keeps the LSE
 and $D$ of every column it touches. At head_dim 128 that is more than a thread's 255 registers, and the

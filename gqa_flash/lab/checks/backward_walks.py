@@ -187,8 +187,8 @@ def why_not_train():
         ref, _ = reference_attention(q, k, v, causal=True)
         problem = testing.mismatch("O", out, ref, **testing.TOLERANCES[q.dtype])
         if problem is not None:
-            return (f"{not_done}: on {case.name} its output does not match the reference ({problem}); finish it "
-                    "in notebook 04 (checks.check_forward()) first")
+            return (f"{not_done}: on {case.name}, its output does not match the reference ({problem}); finish "
+                    "it in notebook 04 (checks.check_forward()) first")
     return None
 
 
