@@ -351,6 +351,7 @@ def test_one_wrong_o_at_many_cases_is_one_failure_in_the_csv_and_the_table():
              f"{case}" for i, (case, shape) in enumerate(cases)]
     graded = grade.Report("bob.zip", tests=results("forward", [True] * 5 + wrong, 40), files=["forward.py"])
     lost = report.lost(graded)
-    assert re.match(r"forward\.py [\d.]+/40: O: first wrong at batch 0", lost) and lost.endswith("(21 of 26 tests)"), lost
+    assert re.match(r"forward\.py [\d.]+/40: O: first wrong at batch 0", lost), lost
+    assert lost.endswith("(21 of 26 tests)"), lost
     failures = [line for line in grade.table(graded).splitlines() if line.startswith("      ")]
     assert len(failures) == 1 and failures[0].startswith("      test_forward[5] and 20 more: AssertionError: O:")
