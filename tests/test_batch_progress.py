@@ -126,3 +126,14 @@ def test_a_batch_says_it_started_before_any_submission_is_graded(tmp_path, monke
         "2 of the 2 left out or never started some or all of the bonus files: said in their results and the "
         "CSV's notes"]
     assert submission.BONUS_NOT_HANDED_IN.strip(": ") in BONUS_NOTE
+
+
+def test_a_mean_rounds_halves_up_as_a_spreadsheet_does():
+    # After a regrade the mean was 605/8 = 75.625, printed "75.62" (Python rounds the half to even); a
+    # spreadsheet shows 75.63.
+    from gqa_flash.grader import report
+
+    assert [report.num(x) for x in (75.625, 2.675, 20.0, 7.6923, 0.0, -0.0, 145.0)] == [
+        "75.63", "2.68", "20", "7.69", "0", "0", "145"]
+    rows = [row(s) for s in ("80", "75", "72.5", "75", "78", "75", "74.5", "75")]
+    assert progress.batch_summary(rows, now=8, csv_path=None, out=None).splitlines()[1].startswith("mean 75.63 ")

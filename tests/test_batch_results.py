@@ -355,3 +355,17 @@ def test_one_wrong_o_at_many_cases_is_one_failure_in_the_csv_and_the_table():
     assert lost.endswith("(21 of 26 tests)"), lost
     failures = [line for line in grade.table(graded).splitlines() if line.startswith("      ")]
     assert len(failures) == 1 and failures[0].startswith("      test_forward[5] and 20 more: AssertionError: O:")
+
+
+def test_a_csv_of_other_modules_stops_one_submission_before_it_is_graded(tmp_path, monkeypatch):
+    # One submission graded with --only naive into a full run's CSV ran for 11 s and wrote its results, then
+    # refused with two long lists of columns that never said "this run grades only naive".
+    book = tmp_path / "grades.csv"
+    report.GradeBook(book, list(layout.GRADED_MODULES), hidden=False)  # a full run's header
+    monkeypatch.setattr(grade, "grade", lambda *a, **k: pytest.fail("graded before the CSV was checked"))
+    sub = folder(tmp_path, "zoe", {"naive.py": "x = 1\n"})
+    with pytest.raises(SystemExit) as stop:
+        grade.main([str(sub), "--only", "naive", "--csv", str(book)])
+    assert str(stop.value) == (f"{book} holds the modules naive, online_softmax, tiled, forward, backward, decode, "
+                               "ring, and this run grades naive: a CSV keeps one set of modules; give this run "
+                               "another --csv file (or run it with the CSV's modules)")

@@ -467,6 +467,8 @@ def _split(sources: list[Path], scratch: Path) -> list:
 def _grade_one(args, sources: list, course: sandbox.Course, only, limits: Limits) -> int:
     """One submission (or the working copy): its table on stdout, and its results file and CSV row if asked."""
     source = sources[0] if sources else None
+    # The CSV first: one that cannot take this run's row stops it before any grading.
+    book = GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)) if args.csv else None
     report = grade(source, course=course, only=only, limits=limits, workdir=args.workdir)
     print(table(report))
     out = None
@@ -476,8 +478,8 @@ def _grade_one(args, sources: list, course: sandbox.Course, only, limits: Limits
             src = source or Path("working_copy")
             out = out / results_names([src])[src]
         write_json(out, report)
-    if args.csv:
-        GradeBook(args.csv, _parts(course, only), _has_hidden(course, only)).add(report, str(out or ""))
+    if book is not None:
+        book.add(report, str(out or ""))
     if report.error is not None:
         print(f"grade: not graded: {report.error}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ import csv
 import json
 import math
 import re
+from decimal import ROUND_HALF_UP, Decimal
 import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,7 +51,10 @@ def total(points) -> float:
 
 
 def num(x: float) -> str:
-    return f"{x:.2f}".rstrip("0").rstrip(".")
+    """x to two decimals, halves rounded up as a spreadsheet rounds them (75.625 -> 75.63, where Python's format
+    gives 75.62), trailing zeros dropped."""
+    rounded = Decimal(repr(float(x))).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return "0" if not rounded else f"{rounded:f}".rstrip("0").rstrip(".")
 
 
 def part_name(test: TestResult) -> str:
@@ -295,15 +299,27 @@ class GradeBook:
             with open(self.path, newline="", encoding="utf-8") as f:
                 reader = csv.DictReader(f)
                 if reader.fieldnames != self.columns:
-                    raise SystemExit(f"{self.path} has the columns {', '.join(reader.fieldnames or [])}, not this "
-                                     f"batch's {', '.join(self.columns)} (another version of the grader, or "
-                                     "other modules): use another --csv file")
+                    raise SystemExit(self._other_columns(reader.fieldnames or []))
                 # A row that says ERROR is not done: the submission is graded again, and its new row
                 # replaces that one (add).
                 self.done = {row["path"] for row in reader if row["score"] != self.ERROR}
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._write([])
+
+    def _other_columns(self, found: list[str]) -> str:
+        """Why the CSV cannot take this run's rows: its modules are not this run's (--only), or its columns are
+        another version's."""
+        from gqa_flash import layout
+
+        modules = [c for c in found if c in layout.GRADED_MODULES]
+        others = [c for c in found if c not in layout.GRADED_MODULES]
+        if others == [c for c in self.columns if c not in layout.GRADED_MODULES]:  # the same version, other modules
+            return (f"{self.path} holds the modules {', '.join(modules) or 'none'}, and this run grades "
+                    f"{', '.join(p for p in self.parts if p in layout.GRADED_MODULES)}: a CSV keeps one set of "
+                    f"modules; give this run another --csv file (or run it with the CSV's modules)")
+        return (f"{self.path} has the columns {', '.join(found)}, not this version's {', '.join(self.columns)} "
+                "(written by another version of the grader): use another --csv file")
 
     def rows(self) -> list[dict[str, str]]:
         with open(self.path, newline="", encoding="utf-8") as f:
