@@ -78,7 +78,7 @@ def chunked(max_seqlen: int, num_splits: int, block_n: int) -> tuple[int, int]:
 
 # In the interpreter: small fixed tiles (rows are padded to 16, tl.dot's least).
 INTERPRETER_CONFIG = dict(BLOCK_N=16, num_warps=4, num_stages=1)
-# On a GPU, tiles measured on an H200 (bench/explore_decode.py; bf16, 32 query
+# On a GPU, tiles measured on an H200 (bench/RESULTS.md, Decoding; bf16, 32 query
 # heads on 8 KV heads, head_dim 128, one new token, CUDA graphs): 64-key blocks
 # on 4 warps. Split, with 3 K/V tiles in flight (96 KiB of shared memory: two
 # programs a SM) and the merge kernel launched early (programmatic dependent
@@ -90,9 +90,9 @@ INTERPRETER_CONFIG = dict(BLOCK_N=16, num_warps=4, num_stages=1)
 SPLIT_CONFIG = dict(BLOCK_N=64, num_warps=4, num_stages=3, pdl=True)
 # A paged cache split into short chunks (up to SHORT_PAGED_CHUNK positions a program: four 64-key blocks
 # or fewer) waits on its table loads with too little else to do; twice the programs, on 32-key blocks and
-# 2 warps (four programs a SM), hide more of that wait. On the H100 (bench/record/h100_decode_paged_splits.csv,
-# CUDA graphs) paged / contiguous went 0.88 -> 0.92 at batch 1, 1k; 0.88 -> 0.89 at batch 1, 8k; 0.89 -> 0.96
-# at batch 8, 1k; at longer chunks the same change lost 1-2%, so they keep SPLIT_CONFIG. Nor past
+# 2 warps (four programs a SM), hide more of that wait. On the H100 (CUDA graphs, measured by the
+# instructor's bench/explore_decode_paged_splits.py) paged / contiguous went 0.88 -> 0.92 at batch 1, 1k;
+# 0.88 -> 0.89 at batch 1, 8k; 0.89 -> 0.96 at batch 8, 1k; at longer chunks the same change lost 1-2%, so they keep SPLIT_CONFIG. Nor past
 # SHORT_PAGED_SPLITS splits: with 2 KV heads at 8k (notebook 07's generation), 128 -> 256 splits of one
 # 32-key block each halved the tokens a second (a merge of 256 partial states a row costs more than it hides).
 PAGED_SHORT_SPLIT_CONFIG = dict(BLOCK_N=32, num_warps=2, num_stages=3, pdl=True)

@@ -217,16 +217,17 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
     return files
 
 
-# A path under bench/ that a page names (not after "git show COMMIT:", which names another commit's file).
-BENCH_CITED = re.compile(r"(?<![\w./:-])bench/[\w./*-]*[\w*]")
+# A path under bench/, tests/ or tools/ that a page names (not after "git show COMMIT:", which names another
+# commit's file).
+BENCH_CITED = re.compile(r"(?<![\w./:-])(?:bench|tests|tools)/[\w./*-]*[\w*]")
 RECORD_NOTE = ("> **In the student edition** this page cites files that stay with your instructor's copy of the "
                "course: {names}. The numbers, and what they mean, are all here.")
 
 
 def cited_elsewhere(text: str, files) -> list[str]:
-    """What ``text`` cites under bench/ that is not in ``files``, by kind: the record ("bench/record/"), the
-    probes ("bench/probe_*"), the explorations ("bench/explore_*"), or a file by name. bench/out/ (where
-    the scripts write) is no file of the course."""
+    """What ``text`` cites under bench/, tests/ or tools/ that is not in ``files``, by kind: the record
+    ("bench/record/"), the probes ("bench/probe_*"), the explorations ("bench/explore_*"), or a file by name.
+    bench/out/ (where the scripts write) is no file of the course."""
     found = set()
     for path in BENCH_CITED.findall(text):
         if path in files or any(f.startswith(path + "/") or fnmatch.fnmatch(f, path) for f in files):

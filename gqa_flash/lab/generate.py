@@ -42,7 +42,7 @@ and the graph removes them.
 The model is :class:`gqa_flash.lab.tiny_model.TinyGQATransformer`, any size
 and dtype; the generators only read its weights. Notebook 07 trains one for a
 few seconds to sort digits (``tiny_model.trained_model``), so that its tokens
-mean something; tests/test_generate.py and bench/generate_tokens.py use
+mean something; the course's tests and bench/generate_tokens.py use
 seeded, untrained ones (their logits still differ from token to token, so a
 wrong attention shows).
 """
