@@ -94,7 +94,8 @@ SPLIT_CONFIG = dict(BLOCK_N=64, num_warps=4, num_stages=3, pdl=True)
 # instructor's bench/explore_decode_paged_splits.py) paged / contiguous went 0.88 -> 0.92 at batch 1, 1k;
 # 0.88 -> 0.89 at batch 1, 8k; 0.89 -> 0.96 at batch 8, 1k; at longer chunks the same change lost 1-2%, so
 # they keep SPLIT_CONFIG. Nor past SHORT_PAGED_SPLITS splits: with 2 KV heads at 8k (notebook 07's
-# generation), 128 -> 256 splits of one 32-key block each halved the tokens a second (a merge of 256 partial states a row costs more than it hides).
+# generation), 128 -> 256 splits of one 32-key block each halved the tokens a second (a merge of 256
+# partial states a row costs more than it hides).
 PAGED_SHORT_SPLIT_CONFIG = dict(BLOCK_N=32, num_warps=2, num_stages=3, pdl=True)
 SHORT_PAGED_CHUNK = 256
 SHORT_PAGED_SPLITS = 33  # the most splits that are doubled (batch 1, 8 KV heads: 33 -> 64, measured above)
