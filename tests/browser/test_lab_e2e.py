@@ -375,25 +375,27 @@ def lab(request, tmp_path_factory, browser_summary):
     lab_args = f"--no-browser --ServerApp.token={token} --ServerApp.ip=127.0.0.1"
     if os.geteuid() == 0:
         lab_args += " --allow-root"  # JupyterLab refuses to start as root without it (CI runs as root)
-    make = ["make", "lab", f"PORT={port}", f"LAB_ARGS={lab_args}"]
+    # Both variants run `make lab` with the virtualenv that runs these tests (plain pytest or make test).
+    make = ["make", "lab", f"PORT={port}", f"LAB_ARGS={lab_args}", f"VENV={venv}"]
     if variant == "solutions":
         course = COURSE
         env["GQA_FLASH_IMPL"] = "solutions"
     else:
         course = _stub_course(tmp_path_factory.mktemp("course"))
-        make = ["make", "-C", str(course), *make[1:], f"VENV={venv}"]
+        make = ["make", "-C", str(course), *make[1:]]
         # The venv has the course installed in editable mode from the real course: the copy's
         # gqa_flash must come first on the kernel's path.
         env["GQA_FLASH_IMPL"] = "student"
         env["PYTHONPATH"] = str(course)
-        # `setup` must see the venv as installed: otherwise make would rebuild the shared venv from the copy.
-        q = subprocess.run(["make", "-q", "-C", str(course), "setup", f"VENV={venv}"], env=env,
-                           capture_output=True, text=True)
-        if q.returncode == 2:  # make itself failed (a file of the copy missing, say), not an old .installed
-            pytest.fail(f"make -q setup failed in the stub copy: {q.stderr.strip()}")
-        if q.returncode != 0:
-            pytest.fail(f"{venv}/.installed is older than pyproject.toml: run `make setup` first "
-                        "(the stub copy would otherwise reinstall the shared virtualenv)")
+    # `setup` must see the venv as installed: otherwise `make lab` would reinstall it (for the stub copy,
+    # from the copy) before the server starts, and the test would time out or fail on that instead.
+    q = subprocess.run(["make", "-q", "-C", str(course), "setup", f"VENV={venv}"], env=env,
+                       capture_output=True, text=True)
+    if q.returncode == 2:  # make itself failed (a file of the copy missing, say), not an old .installed
+        pytest.fail(f"make -q setup failed in {course}: {q.stderr.strip()}")
+    if q.returncode != 0:
+        pytest.fail(f"{venv}/.installed is older than {course}/pyproject.toml: run `make setup VENV={venv}` "
+                    "first (make lab would otherwise reinstall the virtualenv before the server starts)")
 
     screens = SCREENS / variant
     shutil.rmtree(screens, ignore_errors=True)
