@@ -334,3 +334,28 @@ def test_where_the_first_candidate_does_not_fit_the_gpu_the_executor_takes_the_n
                            None)
     with pytest.raises(OutOfResources):  # none fits: the error the kernel gave, as the search would give it
         everything.run(None, 100)
+
+
+def test_a_kernel_that_does_not_compile_is_placed_at_the_compilers_line(tmp_path):
+    """On an H100 a backward.py whose pT was not cast before tl.dot failed its graded tests "(backward.py, line
+    356)": the launch, in the given code, where a GPU's compiler raises. The notebook's check said line 186,
+    the dot itself. The executor now reads the compiler's line, as the check does."""
+    import importlib.util
+
+    from triton.compiler.errors import CompilationError
+
+    from gqa_flash.grader import executor as executor_module
+
+    kernel = "def _backward_dkdv(q, k):\n    s = tl.dot(k, q)\n    dv = tl.dot(pT, do)\n"
+    graded = tmp_path / "gqa_flash" / "backward.py"
+    graded.parent.mkdir()
+    graded.write_text("import x\n\n" + kernel + "\n\ndef launch(error):\n    raise error\n")
+    spec = importlib.util.spec_from_file_location("graded_backward_for_test", graded)
+    module = importlib.util.module_from_spec(spec)
+    source = graded.read_text().replace("import x\n", "")
+    exec(compile("\n" + source, str(graded), "exec"), module.__dict__)  # the file's own line numbers
+    node = type("Node", (), {"lineno": 3, "col_offset": 9})()
+    try:
+        module.launch(CompilationError(kernel, node, "AssertionError('Both operands must be same dtype')"))
+    except CompilationError as exc:
+        assert executor_module.where(exc) == "backward.py, line 5"  # the dot's line in the file, not line 9

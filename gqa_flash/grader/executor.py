@@ -213,10 +213,14 @@ def where(exc: BaseException) -> str | None:
     """Where a graded file raised it: "naive.py, line 40" (the deepest frame in one), or None."""
     from gqa_flash.grader.audit import is_students
 
+    from gqa_flash.lab.checks.triton_errors import compile_error_line
+
     found = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if is_students(frame.filename) and not frame.filename.startswith("<"):
-            found = f"{Path(frame.filename).name}, line {frame.lineno}"
+            # A kernel that does not compile on a GPU raises at its launch: the line is the compiler's.
+            line = compile_error_line(Path(frame.filename), exc) or frame.lineno
+            found = f"{Path(frame.filename).name}, line {line}"
     return found
 
 
