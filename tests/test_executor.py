@@ -359,3 +359,31 @@ def test_a_kernel_that_does_not_compile_is_placed_at_the_compilers_line(tmp_path
         module.launch(CompilationError(kernel, node, "AssertionError('Both operands must be same dtype')"))
     except CompilationError as exc:
         assert executor_module.where(exc) == "backward.py, line 5"  # the dot's line in the file, not line 9
+
+
+def test_in_the_interpreter_a_kernels_error_is_placed_at_its_own_line(tmp_path):
+    """On a CPU the same pT bug read "(backward.py, line 356)" too: Triton's interpreter re-raises the kernel's
+    AssertionError at the launch, and only the exception it was raised from holds the kernel's frame."""
+    import importlib.util
+
+    from gqa_flash import impl, testing
+    from gqa_flash.grader import executor as executor_module
+    from gqa_flash.reference import reference_attention
+
+    solution = (impl.SOLUTIONS_DIR / "backward.py").read_text()
+    if "dv += tl.dot(pT.to(do.dtype), do" not in solution:
+        pytest.skip("the student edition has no solutions/")
+    planted = tmp_path / "gqa_flash" / "backward.py"
+    planted.parent.mkdir()
+    planted.write_text(solution.replace("dv += tl.dot(pT.to(do.dtype), do", "dv += tl.dot(pT, do"))
+    line = planted.read_text().splitlines().index(next(ln for ln in planted.read_text().splitlines()
+                                                       if "dv += tl.dot(pT, do" in ln)) + 1
+    spec = importlib.util.spec_from_file_location("planted_backward_for_test", planted)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    q, k, v = testing.random_qkv(batch=1, n_q_heads=2, n_kv_heads=1, seq_len=20, head_dim=16, dtype=torch.float16,
+                                 seed=1, device="cpu")
+    o, lse = reference_attention(q, k, v, causal=True)
+    with pytest.raises(Exception) as raised:
+        module.flash_attention_backward(q, k, v, o.to(q.dtype), lse.float(), torch.randn_like(q), causal=True)
+    assert executor_module.where(raised.value) == f"backward.py, line {line}"

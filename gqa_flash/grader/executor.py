@@ -210,17 +210,22 @@ def dense(value):
 
 
 def where(exc: BaseException) -> str | None:
-    """Where a graded file raised it: "naive.py, line 40" (the deepest frame in one), or None."""
+    """Where a graded file raised it: "naive.py, line 40" (the deepest frame in one, through the exceptions it
+    was raised from), or None."""
     from gqa_flash.grader.audit import is_students
 
     from gqa_flash.lab.checks.triton_errors import compile_error_line
 
-    found = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if is_students(frame.filename) and not frame.filename.startswith("<"):
-            # A kernel that does not compile on a GPU raises at its launch: the line is the compiler's.
-            line = compile_error_line(Path(frame.filename), exc) or frame.lineno
-            found = f"{Path(frame.filename).name}, line {line}"
+    found, chain = None, []
+    while exc is not None and all(exc is not e for e in chain):  # Triton's interpreter re-raises at the launch
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    for e in chain:  # outermost first: the innermost exception's deepest frame in a graded file wins
+        for frame in traceback.extract_tb(e.__traceback__):
+            if is_students(frame.filename) and not frame.filename.startswith("<"):
+                # A kernel that does not compile on a GPU raises at its launch: the line is the compiler's.
+                line = compile_error_line(Path(frame.filename), e) or frame.lineno
+                found = f"{Path(frame.filename).name}, line {line}"
     return found
 
 
