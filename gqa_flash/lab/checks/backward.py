@@ -205,7 +205,8 @@ _MASK_DIAG = "the causal mask hides the diagonal: a query does not see its own k
 _MASK_DIAG_HINT = "a key is visible to a query when its index is at most the query's (<=, not <)"
 _NO_DELTA = "D is left out of dS: the softmax's backward is P times (dP minus D), with D one number per query row"
 _NO_DELTA_HINT = "subtract each query row's D (Part 1's Delta) from dP before multiplying by P"
-_ASSIGN = ("{name} keeps only the last {block} block's share: the walk assigns it (=) where it must add (+=)")
+_ASSIGN = ("{name} keeps only the last share the walk adds: it is assigned (=) where it must be added to (+=), or "
+           "set back to zero inside the walk, over the {block} blocks or over a group's query heads")
 _ASSIGN_HINT = "{acc} += each block's share: every {block} block visited (and every query head of a group) adds"
 DKDV_LATE = ("under the causal mask the walk over query blocks starts one block late: it skips the query block "
              "that holds this key block's diagonal, the first queries that see these keys")
