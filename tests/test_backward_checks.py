@@ -251,3 +251,15 @@ def test_the_tiny_model_trains_on_one_cpu_thread_and_gives_the_rest_back():
     assert seen == [1] and len(losses) == 1 and torch.get_num_threads() == before
     with tiny_model.one_cpu_thread("meta"):  # not the CPU: left alone
         assert torch.get_num_threads() == before
+
+
+def test_d_without_its_row_sum_is_named(tmp_path, monkeypatch):
+    # A student's trial: D = o * do with no tl.sum raised "ValueError: Expected pointer argument to have shape
+    # [32, 32] but got [32]" at the given store, and the check's second run said "none known".
+    mutant = _m("delta_unsummed", "backward.py", "D = O * dO, never summed over the head dim",
+                ("delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)",
+                 "delta = o.to(tl.float32) * do.to(tl.float32)"))
+    serve(mutant.imported(tmp_path), "backward", monkeypatch)
+    verdict = backward.check_delta.verdict()
+    assert not verdict.ok and verdict.message.startswith("the block stored has shape ["), verdict
+    assert "a sum over that axis (tl.sum(x, 1)) is missing" in verdict.cause, verdict

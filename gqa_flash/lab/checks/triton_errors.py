@@ -293,6 +293,17 @@ def triton_error(exc: BaseException, line: str = ""):
     m = re.search(r"Cannot make_shape_compatible: incompatible dimensions at index (\d+): (\d+) and (\d+)", text)
     if m:
         return _broadcast(exc, *(int(g) for g in m.groups()), line=line)
+    m = re.search(r"Expected pointer argument to have shape (\[[^\n]*?\]) but got (\[[^\n]*?\])(?=[\s\"')]|$)", text)
+    if m:  # a value of more dimensions than its pointers: a block never reduced
+        pointers, value = (re.findall(r"\d+", g) for g in m.groups())
+        if len(value) < len(pointers):  # the interpreter names them the other way round
+            pointers, value = value, pointers
+        if len(value) > len(pointers):
+            return (f"the block stored has shape [{', '.join(value)}] where its pointers have shape "
+                    f"[{', '.join(pointers)}]",
+                    "one number per row is stored from a block that still has a column axis: a sum over that "
+                    "axis (tl.sum(x, 1)) is missing, or was taken over the wrong axis",
+                    "reduce the block to one number per row before the store: tl.sum(x, axis=1)")
     names = [n for n in _BUILTIN_BLOCK_OPS if re.search(rf"(?<![\w.]){n}\s*\(", line)]
     if names and (any(isinstance(e, TypeError) for e in _chain(exc)) or any(n in text for n in names)):
         return (f"Python's built-in {' and '.join(names)} is called on a Triton block", builtins_cause(names),
