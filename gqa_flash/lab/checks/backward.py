@@ -189,8 +189,8 @@ def _tile_order():
 
 # The causes (step two: the mistake) and hints (its fix) of the usual mistakes. Each `where` says what is
 # wrong and where (step one); these say why.
-_LSE_BASE = ("the LSE is used in log2 units, but the forward saved it as a natural log: the exponent mixes "
-             "scores in log2 units with an LSE in natural units")
+_LSE_BASE = ("the LSE is loaded as the forward saved it, a natural log, and used as it is beside scores in log2 "
+             "units: the exponent of exp2 mixes the two units")
 _LSE_BASE_HINT = ("convert the LSE as you load it: times log2(e) = 1.4426950408889634, the factor qk_scale "
                   "gives the scores")
 _NO_LOG2E = ("the scores go into exp2 scaled by sm_scale alone, in natural units, next to an LSE converted "
