@@ -1,5 +1,10 @@
 # Student version of solutions/backward.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+#
+#   specification  gqa_flash/reference.py: reference_gradients
+#   notebook       notebooks/06_backward_and_training.ipynb, checked by checks.check_backward()
+#   graded by      tests/graded/test_backward.py: 20 points, a bonus on top of the 100
+#   run them       make test-graded MODULE=backward
 """Bonus: the FlashAttention backward pass in Triton, with GQA.
 
 Given the forward's inputs Q, K, V, its output O and log-sum-exp LSE, and the

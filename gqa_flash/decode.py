@@ -1,5 +1,10 @@
 # Student version of solutions/decode.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+#
+#   specification  gqa_flash/reference.py: reference_decode
+#   notebook       notebooks/07_decoding.ipynb, checked by checks.check_decode()
+#   graded by      tests/graded/test_decode.py: 15 points, a bonus on top of the 100
+#   run them       make test-graded MODULE=decode
 """Bonus: flash-decoding in Triton, GQA attention of a few new tokens over a KV cache.
 
 A language model writes its answer one token at a time. Each step runs

@@ -1,5 +1,10 @@
 # Student version of solutions/forward.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+#
+#   specification  gqa_flash/reference.py: reference_attention (O and the LSE)
+#   notebook       notebooks/04_triton_kernel.ipynb, checked by checks.check_forward()
+#   graded by      tests/graded/test_forward.py: 40 points
+#   run them       make test-graded MODULE=forward
 """The FlashAttention forward pass in Triton: causal, grouped-query attention.
 
 This is ``tiled.py`` turned into a GPU kernel. One *program* (a Triton

@@ -1,5 +1,10 @@
 # Student version of solutions/naive.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+#
+#   specification  gqa_flash/reference.py: reference_attention
+#   notebook       notebooks/01_naive_attention.ipynb, checked by checks.check_naive()
+#   graded by      tests/graded/test_naive.py: 20 points
+#   run them       make test-graded MODULE=naive
 """Naive attention in plain PyTorch: the definition every faster version must match.
 
     O = softmax(Q K^T * sm_scale + mask) V

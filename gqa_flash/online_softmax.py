@@ -1,5 +1,10 @@
 # Student version of solutions/online_softmax.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+#
+#   specification  gqa_flash/reference.py: reference_softmax
+#   notebook       notebooks/02_online_softmax.ipynb, checked by checks.check_online_softmax()
+#   graded by      tests/graded/test_online_softmax.py: 15 points
+#   run them       make test-graded MODULE=online_softmax
 """Online softmax: the softmax of a row you may only read one block at a time.
 
 A safe softmax needs the row's maximum ``m`` before it can take any exponential:

@@ -1,5 +1,10 @@
 # Student version of solutions/ring.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+#
+#   specification  gqa_flash/reference.py: reference_attention (O and the LSE)
+#   notebook       notebooks/08_context_parallel.ipynb, checked by checks.check_ring_attention()
+#   graded by      tests/graded/test_ring.py: 10 points, a bonus on top of the 100
+#   run them       make test-graded MODULE=ring
 """Ring attention: causal attention over a sequence split across the ranks of a process group.
 
 A sequence of a million tokens does not fit one GPU's memory, nor its time.

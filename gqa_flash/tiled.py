@@ -1,5 +1,10 @@
 # Student version of solutions/tiled.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+#
+#   specification  gqa_flash/reference.py: reference_attention (O and the LSE)
+#   notebook       notebooks/03_tiled_attention.ipynb, checked by checks.check_tiled()
+#   graded by      tests/graded/test_tiled.py: 25 points
+#   run them       make test-graded MODULE=tiled
 """FlashAttention in PyTorch, with the tiles spelled out: the kernel's blueprint.
 
 The output is computed one *query tile* (``block_m`` rows) at a time. For each

@@ -1,5 +1,9 @@
 # Student version of solutions/traffic.py, written by `python -m gqa_flash.grader.release`.
 # Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+#
+#   specification  its notebook's measured L2 model
+#   notebook       notebooks/05_performance.ipynb, checked by checks.check_traffic_model()
+#   graded by      nothing: a practice file
 """How many bytes reach DRAM: a small model of L2, for two launch orders (notebook 05, practice).
 
 A practice exercise: notebook 05 checks it, the grader never reads it.

@@ -31,23 +31,50 @@ def test_every_entry_of_the_package_has_a_row_and_every_row_an_entry():
     assert {r["who"].strip().split()[0] for r in rows.values()} <= {"yours", "support", "after"}
 
 
-def test_a_students_row_gives_its_notebook_its_check_and_its_points():
-    rows = _rows()
+def test_the_registry_of_student_files_is_the_courses():
+    """layout.STUDENT_FILES: one entry a graded or practice module, each naming a notebook that exists, a
+    whole-file check the notebooks can call, and the points its graded tests' marks add up to."""
     points = {}
     for name, _, marks in graded_tests():
         points[name[5:-3]] = points.get(name[5:-3], 0) + marks.get("points", 0)
-    notebooks = {p.name[:2] for p in layout.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")}
-    for module in (*layout.GRADED_MODULES, *layout.PRACTICE_MODULES):
+    assert set(layout.STUDENT_FILES) == {*layout.GRADED_MODULES, *layout.PRACTICE_MODULES}
+    for module, info in layout.STUDENT_FILES.items():
+        assert (layout.NOTEBOOKS_DIR / f"{info.notebook}.ipynb").is_file(), module
+        assert info.check in checks.__all__, module
+        assert info.points == points.get(module, 0), (module, info.points, points.get(module))
+        if info.spec.startswith("reference."):
+            from gqa_flash import reference
+
+            assert callable(getattr(reference, info.spec.split(".")[1].split()[0])), module
+
+
+def test_a_students_row_gives_its_notebook_its_check_and_its_points():
+    rows = _rows()
+    for module, info in layout.STUDENT_FILES.items():
         row = rows[f"{module}.py"]
         bonus = module in layout.BONUS_MODULES
         practice = module in layout.PRACTICE_MODULES
         assert row["who"].strip() == "yours" + (" (bonus)" if bonus else " (practice)" if practice else ""), row[0]
-        assert row["notebook"].strip() in notebooks, row[0]
-        check = re.fullmatch(r"`checks\.(\w+)\(\)`", row["check"].strip())
-        assert check and check[1] in checks.__all__, row[0]
+        assert row["notebook"].strip() == info.notebook[:2], row[0]
+        assert row["check"].strip() == f"`checks.{info.check}()`", row[0]
         graded = row["graded"].strip()
-        assert graded == ("not graded" if practice else f"`tests/graded/test_{module}.py` ({points[module]:g})"), \
-            row[0]
-    others = [r for e, r in rows.items() if e.removesuffix(".py") not in (*layout.GRADED_MODULES,
-                                                                          *layout.PRACTICE_MODULES)]
+        assert graded == ("not graded" if practice else f"`tests/graded/test_{module}.py` ({info.points})"), row[0]
+    others = [r for e, r in rows.items() if e.removesuffix(".py") not in layout.STUDENT_FILES]
     assert all(not r["who"].startswith("yours") for r in others)
+
+
+def test_every_stub_has_a_signpost_to_its_spec_its_check_and_its_graded_tests():
+    """No stub said what it is measured against: each now names, under its header, its specification, its
+    notebook's check, its graded test file and points, and the make command that runs them."""
+    from gqa_flash.grader import release
+
+    for path, text in release.plan().items():
+        module = path.stem
+        info = layout.STUDENT_FILES[module]
+        head = text.split('"""', 1)[0]
+        assert f"checks.{info.check}()" in head and f"notebooks/{info.notebook}.ipynb" in head, head
+        assert info.spec.split(".")[-1].split()[0] in head, head
+        if info.points:
+            assert f"tests/graded/test_{module}.py: {info.points} points" in head, head
+            assert f"make test-graded MODULE={module}" in head, head
+        assert (layout.PACKAGE_DIR / path.name).read_text() == text, f"{path.name}: run the release tool"

@@ -174,9 +174,26 @@ def solution_lines(text: str) -> dict[str, list[str]]:
     return parts
 
 
+def signpost(module: str) -> str:
+    """The comment block under a stub's header: what the file is measured against, and how."""
+    info = layout.STUDENT_FILES.get(module)
+    if info is None:
+        return ""
+    spec = f"gqa_flash/{info.spec.replace('.', '.py: ', 1)}" if info.spec.startswith("reference.") else info.spec
+    lines = [f"#   specification  {spec}",
+             f"#   notebook       notebooks/{info.notebook}.ipynb, checked by checks.{info.check}()"]
+    if info.points:
+        bonus = ", a bonus on top of the 100" if module in layout.BONUS_MODULES else ""
+        lines += [f"#   graded by      tests/graded/test_{module}.py: {info.points} points{bonus}",
+                  f"#   run them       make test-graded MODULE={module}"]
+    else:
+        lines.append("#   graded by      nothing: a practice file")
+    return "#\n" + "\n".join(lines) + "\n"
+
+
 def student_text(solution_path: Path) -> str:
     body = strip_solutions(solution_path.read_text(), str(solution_path))
-    text = HEADER.format(name=solution_path.name) + body
+    text = HEADER.format(name=solution_path.name) + signpost(solution_path.stem) + body
     for marker in (BEGIN, STUB, END):
         if marker in text:  # belt and braces: no solution marker ever reaches a student file
             raise MarkerError(f"{solution_path}: {marker!r} would reach the student file")
