@@ -137,3 +137,6 @@ def test_a_mean_rounds_halves_up_as_a_spreadsheet_does():
         "75.63", "2.68", "20", "7.69", "0", "0", "145"]
     rows = [row(s) for s in ("80", "75", "72.5", "75", "78", "75", "74.5", "75")]
     assert progress.batch_summary(rows, now=8, csv_path=None, out=None).splitlines()[1].startswith("mean 75.63 ")
+    # A float mean of five 80s and 80.15 is 80.02499..., which rounded down: the mean is taken in decimal.
+    rows = [row(s) for s in ("80",) * 5 + ("80.15",)]
+    assert progress.batch_summary(rows, now=6, csv_path=None, out=None).splitlines()[1].startswith("mean 80.03 ")

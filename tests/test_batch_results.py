@@ -346,9 +346,11 @@ def test_one_wrong_o_at_many_cases_is_one_failure_in_the_csv_and_the_table():
     cases = [("causal=True, float32, layout contiguous, V layout bnhd", "[2, 8, 29, 24] with 2"),
              ("causal=True, float16, layout bnhd, V layout contiguous", "[2, 6, 21, 48] with 3"),
              ("causal=False, float32, layout strided, V layout padded", "[1, 4, 40, 80] with 1")] * 7
-    wrong = [f"AssertionError: O: first wrong at batch 0, head {i % 3}, row 2{i % 10}, col 0: got 0.{i}4, expected "
-             f"0.25 ({100 + i} of 11136 entries wrong, max |error| 2.0{i}); seed {1000 + i}, shape {shape} KV heads, "
-             f"{case}" for i, (case, shape) in enumerate(cases)]
+    # The values' signs differ too: a minus sign split them into two failures.
+    wrong = [f"AssertionError: O: first wrong at batch 0, head {i % 3}, row 2{i % 10}, col 0: got "
+             f"{'-' * (i % 2)}0.{i}4, expected {'-' * (i % 3 == 0)}0.25 ({100 + i} of 11136 entries wrong, max "
+             f"|error| 2.0{i}); seed {1000 + i}, shape {shape} KV heads, {case}"
+             for i, (case, shape) in enumerate(cases)]
     graded = grade.Report("bob.zip", tests=results("forward", [True] * 5 + wrong, 40), files=["forward.py"])
     lost = report.lost(graded)
     assert re.match(r"forward\.py [\d.]+/40: O: first wrong at batch 0", lost), lost

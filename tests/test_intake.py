@@ -333,6 +333,25 @@ def test_a_download_is_split_by_student_their_id_and_lateness_kept(tmp_path):
                                                                   "smithjohn_LATE_23456_789013_tiled.py"]
 
 
+def test_a_download_with_a_zip_that_cannot_be_read_keeps_every_student(tmp_path):
+    # smithann's only file was a corrupt zip: the download was not split, and the one row was garciajose's,
+    # with smithann's file in its notes. Each student now has a row; smithann's says the zip cannot be read.
+    canvas = make_zip(tmp_path / "canvas.zip", {"garciajose_12345_678901_naive.py": NAIVE,
+                                                "smithann_LATE_23456_789012_work.zip": b"PK\x03\x04 truncated"})
+    pieces, line = downloads.split(canvas, tmp_path / "split")
+    assert [(p.who, p.student.late) for p in pieces] == [("garciajose", False), ("smithann", True)], line
+    assert "not a readable zip" in notes_of(submission.read(pieces[1].folder))
+
+
+def test_a_download_that_is_not_a_zip_is_one_submission_that_says_so(tmp_path):
+    # A truncated download (or any file named .zip) stopped the whole batch: "zipfile.BadZipFile: File is not a
+    # zip file", from downloads.py. It is now one submission, graded as nothing, whose note says why.
+    broken = tmp_path / "canvas.zip"
+    broken.write_bytes(b"PK\x03\x04 cut short")
+    assert downloads.split(broken, tmp_path / "split") is None
+    assert "not a readable zip" in notes_of(submission.read(broken))
+
+
 # --- the routine notes ------------------------------------------------------------------------------
 
 

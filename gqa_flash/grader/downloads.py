@@ -83,11 +83,15 @@ def split(source: Path, scratch: Path) -> tuple[list[Piece], str] | None:
     if source.is_symlink() or not (source.is_dir() or source.suffix.lower() == ".zip" and source.is_file()):
         return None
     quiet = submission.Submission(str(source))  # its notes come again when each student's files are read
-    candidates = submission._folder(source, quiet) if source.is_dir() else submission._zip(source, quiet) or []
+    candidates = submission._folder(source, quiet) if source.is_dir() else submission._zip(source, quiet)
+    if candidates is None:  # a zip that cannot be read: graded as one submission, whose note says why
+        return None
     owners = {top: student_of(top, folder) for top, folder in _entries(source).items()}  # None: no one's
     graded = [rel for rel, _, _ in candidates if graded_name(rel.name).graded]
+    # Two students or more among the download's names (a student whose only file is a zip that cannot be read
+    # counts: they get a row saying so), and every graded file someone's.
     if not graded or any(owners.get(rel.parts[0]) is None for rel in graded) \
-            or len({owners[rel.parts[0]].key for rel in graded}) < 2:
+            or len({found.key for found in owners.values() if found is not None}) < 2:
         return None
     tops: dict[tuple, set[str]] = {}  # a student (Student.key) -> their top-level entries (a corrupt zip too)
     students: dict[tuple, Student] = {}

@@ -16,6 +16,7 @@ lines; the summary (:func:`batch_summary`) counts the first kind once.
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 import sys
 import threading
 import time
@@ -176,13 +177,14 @@ def _mean(held: list[dict[str, str]], empty: int, partial: bool) -> str:
     """'mean 72.5 of the 100 required points (bonus not counted) over the 13 submissions with something to
     grade; 2 held nothing to grade (0 points each) and are left out'."""
     worth = max(float(r["max_score"]) for r in held)
-    bonus = [float(r.get("bonus") or 0) for r in held]
+    # In decimal, from the CSV's own digits: a float mean of 80, 80, ..., 80.15 is 80.02499..., not 80.025.
+    bonus = [Decimal(r.get("bonus") or "0") for r in held]
     if worth:
-        mean = math.fsum(float(r["score"]) - b for r, b in zip(held, bonus)) / len(held)
+        mean = sum((Decimal(r["score"]) - b for r, b in zip(held, bonus)), Decimal(0)) / len(held)
         what = f"the {num(worth)} points of the modules run" if partial else f"the {num(worth)} required points"
         text = f"mean {num(mean)} of {what}" + (" (bonus not counted)" if any(bonus) or not partial else "")
     else:  # bonus modules only (--only backward): their points are all there is
-        text = f"mean {num(math.fsum(bonus) / len(held))} bonus points"
+        text = f"mean {num(sum(bonus, Decimal(0)) / len(held))} bonus points"
     text += f" over the {len(held)} submission{'s' * (len(held) != 1)} with something to grade"
     if empty:
         text += f"; {empty} held nothing to grade (0 points each) and {'are' if empty > 1 else 'is'} left out"

@@ -53,7 +53,8 @@ def total(points) -> float:
 def num(x: float) -> str:
     """x to two decimals, halves rounded up as a spreadsheet rounds them (75.625 -> 75.63, where Python's format
     gives 75.62), trailing zeros dropped."""
-    rounded = Decimal(repr(float(x))).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    exact = x if isinstance(x, Decimal) else Decimal(repr(float(x)))
+    rounded = exact.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
     return "0" if not rounded else f"{rounded:f}".rstrip("0").rstrip(".")
 
 
@@ -237,7 +238,7 @@ def lost(report: Report) -> str:
     return " | ".join(reasons)
 
 
-_NUMBERS = re.compile(r"(?<!Part )(?<!\w)\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # "Part 2" is no case's number
+_NUMBERS = re.compile(r"(?<!Part )(?<![\w-])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")  # "Part 2" is no case's number
 CASE = "; seed "  # where a graded test's message names its case (testing.case_context): seed, shape, dtype, layout
 
 
