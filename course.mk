@@ -17,7 +17,8 @@ LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 define check_goals
 @for goal in $(MAKECMDGOALS); do case "$$goal" in setup|lab|test-graded|grade|submission|grade-submissions|clean|\
 test|test-*|autograder|release|check-release|student-edition) ;; *) echo "make: no target '$$goal'. Options for \
-pytest go in ARGS, e.g. make test-graded MODULE=forward ARGS=\"-k $$goal -v\"" >&2; exit 2 ;; esac; done
+pytest go in ARGS, e.g. make test-graded MODULE=$(or $(MODULE),forward) ARGS=\"-k $$goal -v\"" >&2; exit 2 ;; \
+esac; done
 endef
 
 setup: $(VENV)/.installed

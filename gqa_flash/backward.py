@@ -1,5 +1,5 @@
-# Student version of solutions/backward.py, written by `python -m gqa_flash.grader.release`.
-# Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# Your file: fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# (Written from the course's completed backward.py by its release tool.)
 #
 #   specification  gqa_flash/reference.py: reference_gradients
 #   notebook       notebooks/06_backward_and_training.ipynb, checked by checks.check_backward()

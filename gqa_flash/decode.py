@@ -1,5 +1,5 @@
-# Student version of solutions/decode.py, written by `python -m gqa_flash.grader.release`.
-# Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# Your file: fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# (Written from the course's completed decode.py by its release tool.)
 #
 #   specification  gqa_flash/reference.py: reference_decode
 #   notebook       notebooks/07_decoding.ipynb, checked by checks.check_decode()

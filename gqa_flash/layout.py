@@ -41,7 +41,7 @@ PRACTICE_MODULES = ("traffic",)
 class StudentFile:
     """What a student's file is measured against: its specification, its notebook and that notebook's
     whole-file check, and (graded files) its points. The stubs' signposts and gqa_flash/README.md say it;
-    tests/test_package_map.py holds them to the notebooks, the checks and the graded tests' marks."""
+    the course's tests hold them to the notebooks, the checks and the graded tests' marks."""
 
     spec: str  # the executable specification
     notebook: str  # the notebook that teaches it, by file stem

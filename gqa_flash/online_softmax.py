@@ -1,5 +1,5 @@
-# Student version of solutions/online_softmax.py, written by `python -m gqa_flash.grader.release`.
-# Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# Your file: fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# (Written from the course's completed online_softmax.py by its release tool.)
 #
 #   specification  gqa_flash/reference.py: reference_softmax
 #   notebook       notebooks/02_online_softmax.ipynb, checked by checks.check_online_softmax()

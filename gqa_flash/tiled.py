@@ -1,5 +1,5 @@
-# Student version of solutions/tiled.py, written by `python -m gqa_flash.grader.release`.
-# Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# Your file: fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# (Written from the course's completed tiled.py by its release tool.)
 #
 #   specification  gqa_flash/reference.py: reference_attention (O and the LSE)
 #   notebook       notebooks/03_tiled_attention.ipynb, checked by checks.check_tiled()

@@ -1,5 +1,5 @@
-# Student version of solutions/traffic.py, written by `python -m gqa_flash.grader.release`.
-# Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# Your file: fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.
+# (Written from the course's completed traffic.py by its release tool.)
 #
 #   specification  its notebook's measured L2 model
 #   notebook       notebooks/05_performance.ipynb, checked by checks.check_traffic_model()

@@ -403,6 +403,9 @@ def test_every_bench_file_a_page_of_the_edition_cites_is_in_it_or_said_to_stay_b
         said = next((line for line in text.splitlines() if line.startswith("> **In the student edition**")), "")
         unsaid += [f"{name} cites {path}" for path in missing if f"`{path}`" not in said]
     assert not unsaid, "cited in the edition, neither in it nor said to stay behind:\n" + "\n".join(unsaid)
+    for name, content in files.items():  # the edition has no git history: a `git show` is said to need it
+        if name.endswith(".md") and edition.GIT_SHOW.search(content.decode()):
+            assert "the course's git history" in content.decode().split("\n\n", 2)[1], name
     performance = files["docs/performance.md"].decode().splitlines()
     assert performance[0].startswith("# ") and performance[2].startswith("> **In the student edition**")
     assert "`bench/record/`" in performance[2]

@@ -622,7 +622,7 @@ def test_pytest_options_go_in_args_and_one_typed_after_the_target_stops_at_once(
     done = subprocess.run(["make", "-f", "course.mk", "test-graded", "MODULE=backward", "causal", f"VENV={venv}"],
                           cwd=COURSE, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "pytest" not in done.stdout, done
-    assert ("make: no target 'causal'. Options for pytest go in ARGS, e.g. make test-graded MODULE=forward "
+    assert ("make: no target 'causal'. Options for pytest go in ARGS, e.g. make test-graded MODULE=backward "
             'ARGS="-k causal -v"') in done.stderr, done
 
 

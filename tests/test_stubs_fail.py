@@ -54,3 +54,17 @@ def test_a_run_narrowed_with_k_counts_only_the_tests_it_ran(tmp_path):
     assert "not run" not in table, out
     total = table.strip().splitlines()[-1].split()
     assert total[0] == "total" and total[1] == total[3] and float(total[3]) < 20, out
+
+
+@pytest.mark.timeout(300)
+def test_a_run_in_several_processes_says_why_it_has_no_points_table(tmp_path):
+    # make test-graded ARGS="-n 4" ended at "21 failed, 19 passed" with no table and no word why.
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GQA_FLASH_IMPL="solutions", TMPDIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "pytest", str(layout.GRADED_TESTS_DIR / "test_naive.py"), "-q",
+                           "-p", "no:cacheprovider", "-n", "2", "-k", "causal"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=240)
+    assert "no points table: the tests ran in several processes (-n)" in done.stdout, done.stdout[-2000:]

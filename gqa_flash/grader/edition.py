@@ -219,7 +219,8 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
 
 # A path under bench/, tests/ or tools/ that a page names (not after "git show COMMIT:", which names another
 # commit's file).
-BENCH_CITED = re.compile(r"(?<![\w./:-])(?:bench|tests|tools)/[\w./*-]*[\w*]")
+BENCH_CITED = re.compile(r"(?<![\w./:-])(?:bench|tests|tools|solutions)/[\w./*-]*[\w*]")
+GIT_SHOW = re.compile(r"git show [0-9a-f]{7,40}:")  # a file of another commit: the edition has no history
 RECORD_NOTE = ("> **In the student edition** this page cites files that stay with your instructor's copy of the "
                "course: {names}. The numbers, and what they mean, are all here.")
 
@@ -242,9 +243,11 @@ def cited_elsewhere(text: str, files) -> list[str]:
 def _with_record_note(text: str, files) -> str:
     """``text`` with :data:`RECORD_NOTE` after its title when it cites bench/ files the edition leaves out."""
     missing = cited_elsewhere(text, files)
-    if not missing:
+    if not missing and not GIT_SHOW.search(text):
         return text
-    note = RECORD_NOTE.format(names=", ".join(f"`{p}`" for p in missing))
+    history = ["the course's git history (the `git show` commands)"] if GIT_SHOW.search(text) else []
+    names = ", ".join([f"`{p}`" for p in missing] + history)
+    note = RECORD_NOTE.format(names=names)
     title, _, rest = text.partition("\n")
     if not title.startswith("#"):
         return f"{note}\n\n{text}"

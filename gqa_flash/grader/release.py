@@ -45,8 +45,8 @@ SOLUTIONS_DIR = impl.SOLUTIONS_DIR
 STUDENT_DIR = layout.PACKAGE_DIR
 
 HEADER = (
-    "# Student version of solutions/{name}, written by `python -m gqa_flash.grader.release`.\n"
-    "# Fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.\n"
+    "# Your file: fill in the STUDENT IMPLEMENTATION sections; leave the rest as it is.\n"
+    "# (Written from the course's completed {name} by its release tool.)\n"
 )
 
 

@@ -206,7 +206,12 @@ def pytest_runtest_logreport(report):
 def pytest_unconfigure(config):
     # After pytest's own summary, so that the run ends with the table.
     terminalreporter = config.pluginmanager.get_plugin("terminalreporter")
-    if not _ITEMS or terminalreporter is None or config.option.collectonly:
+    if terminalreporter is None or config.option.collectonly:
+        return
+    if not _ITEMS:
+        if _standalone(config) and getattr(config.option, "numprocesses", None):  # pytest-xdist's -n
+            terminalreporter.write_line("no points table: the tests ran in several processes (-n); run without "
+                                        "-n for the table (make test-graded runs in one)")
         return
     from gqa_flash import layout
     from gqa_flash.grader.grade import Report, table, zero_parts_not_own
