@@ -1,7 +1,9 @@
 """Tokens per second of greedy generation with a KV cache, on a GPU; the tokens checked against no cache.
 
-    GQA_FLASH_IMPL=solutions PYTHONPATH=$PWD python bench/generate_tokens.py OUT.csv
+    PYTHONPATH=$PWD python bench/generate_tokens.py OUT.csv
         [--batches 1,8] [--prompts 1024,8192] [--new-tokens 64] [--rounds 5] [--budget 170]
+
+times your decode.py; an instructor adds GQA_FLASH_IMPL=solutions to time the course's.
 
 The model: an untrained TinyGQATransformer (gqa_flash/lab/tiny_model.py, seed 0) of dim 1024, 8 query
 heads on 2 KV heads of head_dim 128 (GQA groups of 4, as Llama 3 8B's 32 on 8), 4 layers, the tiny
