@@ -119,3 +119,14 @@ def test_a_part_still_its_placeholder_is_told_so_on_the_first_run(monkeypatch):
     assert placeholders, shown
     for text in placeholders:
         assert "likely cause: the placeholder is still there" in text and "re-run this cell" not in text, text
+
+
+def test_an_lse_mistake_gets_a_hint_as_every_other_mistake_does(tmp_path, monkeypatch):
+    # tiled.py's LSE in base 2 was named ("the log of the running sum is in base 2") with no hint line: the only
+    # mistake of a student's trial left without one.
+    from mutants.catalog import MUTANTS
+
+    mutant = next(m for m in MUTANTS if m.name == "tiled_lse_base_2")
+    serve(mutant.imported(tmp_path), "tiled", monkeypatch)
+    verdict = tiled.check_tiled.verdict()
+    assert not verdict.ok and "in base 2" in verdict.cause and "torch.log" in verdict.hint, verdict

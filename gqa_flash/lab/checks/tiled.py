@@ -69,6 +69,7 @@ _TILED_LSE_MISTAKES = [
     (5, "lse_log2", "the LSE is in base 2; the course's LSE is the natural log"),
     (5, "lse_log2_l", "the log of the running sum is in base 2; it must be the natural log"),
 ]
+_LSE_HINT = "LSE = m + log(l), with the natural log (torch.log), once every key tile is in the running state"
 
 # What to compare next when no usual mistake explains a wrong O, by the part the case isolates.
 _COMPARE = {
@@ -234,7 +235,7 @@ def _check_answers(case: Case):
         raise Stop(fail("tiled", part, "the LSE does not match the float64 reference",
                         where=f"case \"{case.name}\": batch {b}, query head {h}, row {i}: "
                               f"got {fmt(problem.got)}, expected {fmt(problem.expected)}",
-                        cause=cause, compare=None if found else _COMPARE_LSE))
+                        cause=cause, hint=_LSE_HINT if found else None, compare=None if found else _COMPARE_LSE))
     if lse.dtype != torch.float32:
         raise Stop(fail("tiled", 5, f"the LSE is {lse.dtype}; it must be float32"))
 
