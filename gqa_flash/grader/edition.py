@@ -217,8 +217,8 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
     return files
 
 
-# A path under bench/, tests/ or tools/ that a page names (not after "git show COMMIT:", which names another
-# commit's file).
+# A path under bench/, tests/, tools/ or solutions/ that a page names (not after "git show COMMIT:", which names
+# another commit's file).
 BENCH_CITED = re.compile(r"(?<![\w./:-])(?:bench|tests|tools|solutions)/[\w./*-]*[\w*]")
 GIT_SHOW = re.compile(r"git show [0-9a-f]{7,40}:")  # a file of another commit: the edition has no history
 RECORD_NOTE = ("> **In the student edition** this page cites files that stay with your instructor's copy of the "
@@ -226,7 +226,7 @@ RECORD_NOTE = ("> **In the student edition** this page cites files that stay wit
 
 
 def cited_elsewhere(text: str, files) -> list[str]:
-    """What ``text`` cites under bench/, tests/ or tools/ that is not in ``files``, by kind: the record
+    """What ``text`` cites under bench/, tests/, tools/ or solutions/ that is not in ``files``, by kind: the record
     ("bench/record/"), the probes ("bench/probe_*"), the explorations ("bench/explore_*"), or a file by name.
     bench/out/ (where the scripts write) is no file of the course."""
     found = set()
@@ -241,12 +241,13 @@ def cited_elsewhere(text: str, files) -> list[str]:
 
 
 def _with_record_note(text: str, files) -> str:
-    """``text`` with :data:`RECORD_NOTE` after its title when it cites bench/ files the edition leaves out."""
-    missing = cited_elsewhere(text, files)
-    if not missing and not GIT_SHOW.search(text):
-        return text
+    """``text`` with :data:`RECORD_NOTE` after its title when it cites files the edition leaves out, or the
+    course's git history."""
     history = ["the course's git history (the `git show` commands)"] if GIT_SHOW.search(text) else []
-    names = ", ".join([f"`{p}`" for p in missing] + history)
+    cited = [f"`{p}`" for p in cited_elsewhere(text, files)] + history
+    if not cited:
+        return text
+    names = ", ".join(cited)
     note = RECORD_NOTE.format(names=names)
     title, _, rest = text.partition("\n")
     if not title.startswith("#"):

@@ -214,19 +214,18 @@ def where(exc: BaseException) -> str | None:
     was raised from), or None."""
     from gqa_flash.grader.audit import is_students
 
-    from gqa_flash.lab.checks.triton_errors import compile_error_line
+    from gqa_flash.lab.checks.triton_errors import compile_error_line, exception_chain
 
-    found, chain = None, []
-    while exc is not None and all(exc is not e for e in chain):  # Triton's interpreter re-raises at the launch
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
-    for e in chain:  # outermost first: the innermost exception's deepest frame in a graded file wins
-        for frame in traceback.extract_tb(e.__traceback__):
+    found = None
+    for e in exception_chain(exc):  # outermost first (Triton's interpreter re-raises at the launch): the
+        for frame in traceback.extract_tb(e.__traceback__):  # innermost exception's deepest graded frame wins
             if is_students(frame.filename) and not frame.filename.startswith("<"):
-                # A kernel that does not compile on a GPU raises at its launch: the line is the compiler's.
-                line = compile_error_line(Path(frame.filename), e) or frame.lineno
-                found = f"{Path(frame.filename).name}, line {line}"
-    return found
+                found = e, Path(frame.filename), frame.lineno
+    if found is None:
+        return None
+    e, path, line = found
+    # A kernel that does not compile on a GPU raises at its launch: the line is the compiler's.
+    return f"{path.name}, line {compile_error_line(path, e) or line}"
 
 
 def error(exc: BaseException) -> dict:

@@ -177,10 +177,13 @@ def why_not_train():
     reason = why_not_run_forward()
     if reason is not None:
         return f"{not_done}: {reason}"
+    try:
+        load("forward")
+    except Stop as stop:
+        return f"{not_done}: {stop.verdict.headline()}"
     for case in (MODEL_CASE, BLOCKS_CASE):
         q, k, v = case.qkv()
         try:
-            load("forward")
             out = run_student("forward", api.flash_attention_forward, q, k, v, causal=True)
         except Stop as stop:
             return f"{not_done}: {stop.verdict.headline()}"

@@ -31,7 +31,7 @@ def innermost_compile_error(exc: BaseException):
     return found
 
 
-def _chain(exc: BaseException) -> list:
+def exception_chain(exc: BaseException) -> list:
     """``exc`` and the exceptions it was raised from or while handling (the interpreter and the compiler wrap)."""
     chain, e = [], exc
     while e is not None and all(e is not seen for seen in chain):
@@ -140,7 +140,7 @@ def _broadcast_shapes(exc: BaseException):
     """The shapes of the two blocks that did not broadcast, read from Triton's own frames, or None.
 
     The caller's operands come first: broadcast_impl_value has already given a 1-D block a leading axis."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         tb, caller = e.__traceback__, None
         while tb is not None:
             if tb.tb_frame.f_code.co_name == "broadcast_impl_value":
@@ -246,7 +246,7 @@ def builtins_hint(names) -> str:
 
 def _dot_shapes(exc: BaseException):
     """The shapes of tl.dot's two operands, read from Triton's own frame, or None."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         tb = e.__traceback__
         while tb is not None:
             names = tb.tb_frame.f_locals
@@ -283,8 +283,8 @@ def triton_error(exc: BaseException, line: str = ""):
     """(message, cause, hint) for Triton's usual errors, from the interpreter or a GPU's compiler, or None.
 
     ``line`` is the source line that failed, when known: it names a dot's operands, or a built-in."""
-    text = " ".join(str(e) for e in _chain(exc)) + " " + " ".join(
-        str(getattr(e, "error_message", "") or "") for e in _chain(exc))
+    text = " ".join(str(e) for e in exception_chain(exc)) + " " + " ".join(
+        str(getattr(e, "error_message", "") or "") for e in exception_chain(exc))
     m = re.search(r"Both operands must be same dtype\. Got (\w+) and (\w+)", text)
     if m:
         return _dot_dtypes(m.group(1), m.group(2), line)
@@ -296,7 +296,7 @@ def triton_error(exc: BaseException, line: str = ""):
     m = re.search(r"Expected pointer argument to have shape (\[[^\n]*?\]) but got (\[[^\n]*?\])(?=[\s\"')]|$)", text)
     if m:  # a value of more dimensions than its pointers: a block never reduced
         pointers, value = (re.findall(r"\d+", g) for g in m.groups())
-        if len(value) < len(pointers):  # the interpreter names them the other way round
+        if len(value) < len(pointers):  # whichever the message names first: the value has the more dimensions
             pointers, value = value, pointers
         if len(value) > len(pointers):
             return (f"the block stored has shape [{', '.join(value)}] where its pointers have shape "
@@ -305,7 +305,7 @@ def triton_error(exc: BaseException, line: str = ""):
                     "axis (tl.sum(x, 1)) is missing, or was taken over the wrong axis",
                     "reduce the block to one number per row before the store: tl.sum(x, axis=1)")
     names = [n for n in _BUILTIN_BLOCK_OPS if re.search(rf"(?<![\w.]){n}\s*\(", line)]
-    if names and (any(isinstance(e, TypeError) for e in _chain(exc)) or any(n in text for n in names)):
+    if names and (any(isinstance(e, TypeError) for e in exception_chain(exc)) or any(n in text for n in names)):
         return (f"Python's built-in {' and '.join(names)} is called on a Triton block", builtins_cause(names),
                 builtins_hint(names))
     return None
