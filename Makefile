@@ -45,14 +45,14 @@ test-browser: setup
 # Gradescope's autograder zip: make autograder [EXTRA_TESTS=hidden/]. It prints the total points to set the
 # assignment to on Gradescope: 100 (plus hidden tests'), not 145, the tests' maxima with the bonus.
 autograder: setup
-	$(BIN)/python -m gqa_flash.grader --gradescope-bundle autograder.zip $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
+	$(BIN)/python -m gqa_flash.course.grader --gradescope-bundle autograder.zip $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
 
 # Write the student files from solutions/ (instructors).
 release: setup
-	$(BIN)/python -m gqa_flash.grader.release
+	$(BIN)/python -m gqa_flash.course.grader.release
 
 check-release: setup
-	$(BIN)/python -m gqa_flash.grader.release --check
+	$(BIN)/python -m gqa_flash.course.grader.release --check
 
 # The student edition: what you publish to students (no solutions/, no mutants, no instructor tools),
 # stubs fresh from solutions/, notebooks cleared, a README for students. make student-edition DEST=dir
@@ -63,7 +63,7 @@ check-release: setup
 EDITION_MODE = $(if $(filter-out 0,$(UPDATE)), --update)$(if $(filter-out 0,$(FORCE)), --force)
 student-edition: setup
 	@test -n "$(DEST)" || { echo "make student-edition: say where, e.g. DEST=../gqa-flash-student"; exit 2; }
-	$(BIN)/python -m gqa_flash.grader.edition "$(DEST)"$(EDITION_MODE)
+	$(BIN)/python -m gqa_flash.course.grader.edition "$(DEST)"$(EDITION_MODE)
 
 # Gradescope's autograder in Gradescope's own layout, in a temporary folder: setup.sh builds a fresh
 # virtual environment (torch from TORCH_INDEX_URL, PyTorch's CPU index by default; TORCH_REQUIREMENT

@@ -44,19 +44,19 @@ test-graded: setup
 # Grade your files as the instructor's grader does (MODULE= as above; add ARGS="--out results.json")
 grade: setup
 	$(check_goals)
-	$(BIN)/python -m gqa_flash.grader $(if $(strip $(MODULE)),--only "$(strip $(MODULE))") $(ARGS)
+	$(BIN)/python -m gqa_flash.course.grader $(if $(strip $(MODULE)),--only "$(strip $(MODULE))") $(ARGS)
 
 # The zip you hand in: your graded files from gqa_flash/, flat; a file still its stub is left out, and named.
 # Writes submission.zip here (OUT=path.zip to choose), then says what went in and how to hand it in.
 submission: setup
-	$(BIN)/python -m gqa_flash.grader.handin $(if $(strip $(OUT)),--out "$(strip $(OUT))")
+	$(BIN)/python -m gqa_flash.course.grader.handin $(if $(strip $(OUT)),--out "$(strip $(OUT))")
 
 # Grade students' submissions with this course's .venv (instructors and TAs): one, or a batch.
 #   make grade-submissions SUBMISSIONS=alice.zip [OUT=results.json]          its table (and Gradescope's results.json)
 #   make grade-submissions SUBMISSIONS="submissions/*" CSV=grades.csv OUT=results/ [JOBS=4]
 #   make grade-submissions CSV=grades.csv OUT=results/ REGRADE="alice bob"   grade those rows of the CSV again
 # SUBMISSIONS: zips, folders or .py files, as the shell reads them (quote a name with spaces inside: '"A B.zip"').
-# MODULE= as for grade; ARGS= any other option of python -m gqa_flash.grader (--workdir, --timeout, --extra-tests).
+# MODULE= as for grade; ARGS= any other option of python -m gqa_flash.course.grader (--workdir, --timeout, --extra-tests).
 GRADE_SUBMISSIONS_ARGS = $(strip $(SUBMISSIONS) $(if $(strip $(CSV)),--csv "$(strip $(CSV))") \
   $(if $(strip $(OUT)),--out "$(strip $(OUT))") $(if $(strip $(JOBS)),--jobs $(strip $(JOBS))) \
   $(if $(strip $(MODULE)),--only "$(strip $(MODULE))") $(ARGS) $(if $(strip $(REGRADE)),--regrade $(REGRADE)))
@@ -67,7 +67,7 @@ ifeq ($(strip $(SUBMISSIONS)$(REGRADE)),)
 	@echo "make grade-submissions: say which, e.g. SUBMISSIONS=alice.zip, or SUBMISSIONS='submissions/*'" \
 	  "CSV=grades.csv OUT=results/"; exit 2
 else
-	$(BIN)/python -m gqa_flash.grader $(GRADE_SUBMISSIONS_ARGS)
+	$(BIN)/python -m gqa_flash.course.grader $(GRADE_SUBMISSIONS_ARGS)
 endif
 
 clean:

@@ -9,7 +9,7 @@ modes of ``gqa_flash/fast/backward.py`` through their autotuners, against float6
 (batch = 16384 // N), four providers on the same inputs and the same dO:
 
     sdpa_default   SDPA's default backward (cuDNN on Hopper), timed as ``python -m
-                   gqa_flash.lab.bench --backward`` times it (its ``backward_providers``)
+                   gqa_flash.course.lab.bench --backward`` times it (its ``backward_providers``)
     graded         ``gqa_flash.flash_attention_backward``, the implementation switch's
                    backward.py (solutions/ with GQA_FLASH_IMPL=solutions): dK/dV pass, dQ pass
     fast_atomic    ``fast_attention_backward(..., dq_mode="atomic")``: one pass, dQ by atomics
@@ -22,7 +22,7 @@ checked against SDPA's before it is timed (the largest of the three relative err
 norm, is recorded; above 5e-2 it is reported and not timed). Times: medians of
 ``triton.testing.do_bench``, three rounds interleaved across the providers (each round in another
 order), the median of the three. FLOPs: 2.5 * 4*B*Hq*N^2*D / 2 (causal). Writes OUT.csv, one row a
-(provider, shape), with ``gqa_flash.lab.bench.environment()``'s columns, and prints one line a row,
+(provider, shape), with ``gqa_flash.course.lab.bench.environment()``'s columns, and prints one line a row,
 then a summary and the autotuner's tiles. Exits 1 if a check failed.
 
 Time on an H200: not yet run. Budgeted for under 4 minutes, most of it compiling: the autotuners
@@ -66,20 +66,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, 
 
 import torch  # noqa: E402
 
-import gqa_flash  # noqa: E402  (before triton: gqa_flash.runtime decides where kernels run)
+import gqa_flash  # noqa: E402  (before triton: gqa_flash.course.runtime decides where kernels run)
 import triton  # noqa: E402
-from gqa_flash import impl  # noqa: E402
+from gqa_flash.course import impl  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 from gqa_flash.fast import backward as fast_backward, forward as fast_forward  # noqa: E402
-from gqa_flash.lab import bench as lab_bench  # noqa: E402
-from gqa_flash.testing import random_qkv  # noqa: E402
+from gqa_flash.course.lab import bench as lab_bench  # noqa: E402
+from gqa_flash.course.testing import random_qkv  # noqa: E402
 
 DEVICE, DTYPE = "cuda", torch.bfloat16
 MODES = ("atomic", "separate")
 HEAD_DIMS = (64, 128)
 SEQ_LENS = (1024, 4096, 16384)
 ROUNDS = 3
-TOLERANCE_VS_SDPA = 5e-2  # as gqa_flash.lab.bench's backward
+TOLERANCE_VS_SDPA = 5e-2  # as gqa_flash.course.lab.bench's backward
 TOLERANCE_VS_FLOAT64 = 3e-2  # bf16, as tests/gpu/test_gpu_backward.py
 # The forward that makes O and LSE for the timed backwards: one of the fast forward's shipped tiles.
 FORWARD_TILE = dict(BLOCK_M=128, BLOCK_N=64, SUBTILES=2, num_warps=4, num_stages=2)

@@ -2,7 +2,7 @@
 # The backward pass on a GPU: the gradients of Q, K and V given dO, for the graded backward (through
 # gqa_flash.flash_attention, the implementation switch's backward.py) and the fast one
 # (gqa_flash/fast/backward.py), against SDPA's default, FlashAttention-2 and cuDNN backends
-# (python -m gqa_flash.lab.bench --backward; bf16, causal, GQA 32:8, head_dim 64 and 128, N = 1k, 4k, 16k;
+# (python -m gqa_flash.course.lab.bench --backward; bf16, causal, GQA 32:8, head_dim 64 and 128, N = 1k, 4k, 16k;
 # FLOPs counted as 2.5 times the forward's).
 #
 #   bash bench/backward_sweep.sh [--out DIR] [--budget SECONDS]
@@ -21,5 +21,5 @@ set -uo pipefail
 PARTS="backward"
 source "$(dirname "$0")/common.sh" "$@"
 
-only backward && step backward 240 "$PYTHON" -m gqa_flash.lab.bench --backward --out "$OUT/backward.csv"
+only backward && step backward 240 "$PYTHON" -m gqa_flash.course.lab.bench --backward --out "$OUT/backward.csv"
 finish

@@ -13,7 +13,7 @@
 #                   left. Without a budget nothing is cut short. (A 10-minute device call: --budget 570.)
 #   -h, --help      print the script's header
 #
-# Environment: GQA_FLASH_IMPL (the implementation switch, gqa_flash/impl.py) defaults to solutions where
+# Environment: GQA_FLASH_IMPL (the implementation switch, gqa_flash/course/impl.py) defaults to solutions where
 # solutions/ exists, else student; set it to choose. The repository goes first on PYTHONPATH, so the
 # scripts run from a plain checkout on a machine that has torch and triton but never ran
 # `pip install -e .` (as the lent H200 does). PYTHON picks the interpreter (default python3).

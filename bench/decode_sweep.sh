@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Decoding on a GPU: flash_decode (decode.py, contiguous and paged caches) against SDPA, FlexAttention and
-# the course's prefill kernel, as achieved K/V bandwidth (python -m gqa_flash.lab.bench_decode; notebook 07
+# the course's prefill kernel, as achieved K/V bandwidth (python -m gqa_flash.course.lab.bench_decode; notebook 07
 # draws the committed file).
 #
 #   bash bench/decode_sweep.sh [--out DIR] [--budget SECONDS] [bench_decode's options...]
@@ -30,6 +30,6 @@ if [ -n "${BUDGET:-}" ]; then
     [ "$CAP" -gt 40 ] && SWEEP_BUDGET=(--budget $((CAP - 30)))
 fi
 
-only decode && step decode "$CAP" "$PYTHON" -m gqa_flash.lab.bench_decode --out "$OUT/decode.csv" \
+only decode && step decode "$CAP" "$PYTHON" -m gqa_flash.course.lab.bench_decode --out "$OUT/decode.csv" \
     ${SWEEP_BUDGET[@]+"${SWEEP_BUDGET[@]}"} ${ARGS[@]+"${ARGS[@]}"}
 finish

@@ -25,7 +25,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gqa_flash.fast import forward as fast  # noqa: E402
-from gqa_flash.lab import bench  # noqa: E402
+from gqa_flash.course.lab import bench  # noqa: E402
 
 CONFIG = dict(BLOCK_M=128, BLOCK_N=64, SUBTILES=2, num_warps=4, num_stages=2)
 B, HQ, HKV, N = 1, 32, 8, 16384

@@ -33,9 +33,9 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench_cudagraph
 
-from gqa_flash import decode_launch, impl
-from gqa_flash.lab import bench_decode as bd
-from gqa_flash.lab.bench import environment
+from gqa_flash.course import decode_launch, impl
+from gqa_flash.course.lab import bench_decode as bd
+from gqa_flash.course.lab.bench import environment
 
 dec = impl.load("decode")
 HQ, HKV, D = bd.Q_HEADS, bd.KV_HEADS, bd.HEAD_DIM  # bench_decode's shape: Llama 3 8B's attention

@@ -17,9 +17,9 @@ import sys
 import torch.nn.functional as F
 from triton.testing import do_bench_cudagraph
 
-from gqa_flash import decode_launch, impl
-from gqa_flash.lab import bench_decode as bd
-from gqa_flash.lab.bench import environment
+from gqa_flash.course import decode_launch, impl
+from gqa_flash.course.lab import bench_decode as bd
+from gqa_flash.course.lab.bench import environment
 
 TILES = [(64, 4, 3), (32, 4, 3), (32, 4, 4), (32, 2, 3), (16, 4, 4), (16, 2, 4)]
 SHAPES = [(1, 1024), (1, 8192), (8, 1024), (1, 32768), (8, 8192)]

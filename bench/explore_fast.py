@@ -15,7 +15,7 @@ CUDA times, 20 calls; rows "fast KERNEL" and "graded KERNEL"), at N = 1k, 4k and
 16k, beside SDPA's backward. heads (not run by default): the
 fast forward's sub-tiled tiles with one query head a program and with two
 (HEADS=2: the same rows of two heads of a KV group), N = 1k to 16k, timed in
-three interleaved rounds (gqa_flash.lab.bench.interleaved_times) beside SDPA.
+three interleaved rounds (gqa_flash.course.lab.bench.interleaved_times) beside SDPA.
 regs (not run by default): a register cap (``maxnreg``) that lets one more
 program share an SM, each tile with and without it, in interleaved rounds: the
 fast forward's 128 x 64 two-sub-tile tiles at head_dim 64 (178 registers a
@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 import gqa_flash
-from gqa_flash import impl
+from gqa_flash.course import impl
 from gqa_flash.fast import backward as fast_backward, forward as fast_forward
 
 FWD = [  # BLOCK_M, BLOCK_N, warps, stages, query sub-tiles (2: ping-pong)
@@ -210,7 +210,7 @@ def main(out_dir, parts=("fwd", "bwd")):
     def interleaved(kind, d, n, steps, error, tol, flops):
         """Check every step (``error`` of its output), then time the right ones in 3 interleaved rounds;
         the first step is the ratios' base."""
-        from gqa_flash.lab.bench import checked_interleaved_times, median
+        from gqa_flash.course.lab.bench import checked_interleaved_times, median
 
         say = lambda text: print(f"{kind} d={d} n={n} {text}", flush=True)  # noqa: E731
         times, failed, errors = checked_interleaved_times(steps, error, tol, 3, bench, say)

@@ -2,7 +2,7 @@
 
     GQA_FLASH_IMPL=solutions python bench/explore_forward.py OUT_DIR
 
-The graded kernel is the one the implementation switch points to (GQA_FLASH_IMPL, gqa_flash/impl.py).
+The graded kernel is the one the implementation switch points to (GQA_FLASH_IMPL, gqa_flash/course/impl.py).
 bf16, causal, GQA 32:8, 16k tokens a launch, head_dim 64 and 128, N = 1k, 4k, 16k; medians of
 triton.testing.do_bench; ratios to SDPA's default in the same run. Each config's error against SDPA is
 recorded with its time (err). Writes OUT_DIR/graded_forward_tiles.csv, the kind of file committed as
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from gqa_flash import impl  # first: it decides where kernels run before triton is used
+from gqa_flash.course import impl  # first: it decides where kernels run before triton is used
 from triton.testing import do_bench
 
 CONFIGS = [  # BLOCK_M, BLOCK_N, warps, stages

@@ -16,7 +16,7 @@ import torch
 
 from gqa_flash.fast import forward as fast
 from gqa_flash.fast import hopper_forward as hopper
-from gqa_flash.lab import bench
+from gqa_flash.course.lab import bench
 from gqa_flash.reference import reference_attention
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The forward pass on a GPU: the course's kernels against PyTorch's attention, peak memory, and the
-# roofline's two ceilings (python -m gqa_flash.lab.bench; bench/RESULTS.md says what the H200 gave).
+# roofline's two ceilings (python -m gqa_flash.course.lab.bench; bench/RESULTS.md says what the H200 gave).
 #
 #   bash bench/forward_sweep.sh [--out DIR] [--only PARTS] [--budget SECONDS]
 #
@@ -19,7 +19,7 @@
 # GQA_FLASH_IMPL points to (common.sh: solutions where solutions/ exists).
 #
 # The timed parts check every provider, then time them in interleaved rounds (python -m
-# gqa_flash.lab.bench --rounds, default 5) and record the autotuners' picks (the tiles column).
+# gqa_flash.course.lab.bench --rounds, default 5) and record the autotuners' picks (the tiles column).
 # Time on the H200, measured with this script on 2026-12-03 (before the rounds): ceilings 5 s, main
 # 2 min (118 s; with the rounds 114 s on 2026-12-04, h200_forward_main_interleaved.csv), memory
 # 1.5 min (83 s, up to 128k); extra was not timed with it, and fitted in a 240 s step when it made the
@@ -31,7 +31,7 @@
 set -uo pipefail
 PARTS="ceilings main memory extra"
 source "$(dirname "$0")/common.sh" "$@"
-BENCH=("$PYTHON" -m gqa_flash.lab.bench)
+BENCH=("$PYTHON" -m gqa_flash.course.lab.bench)
 
 only ceilings && step ceilings 60 "${BENCH[@]}" --ceilings "$OUT/ceilings.csv"
 only main && step main 240 "${BENCH[@]}" --sweep main \

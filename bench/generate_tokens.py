@@ -5,12 +5,12 @@
 
 times your decode.py; an instructor adds GQA_FLASH_IMPL=solutions to time the course's.
 
-The model: an untrained TinyGQATransformer (gqa_flash/lab/tiny_model.py, seed 0) of dim 1024, 8 query
+The model: an untrained TinyGQATransformer (gqa_flash/course/lab/tiny_model.py, seed 0) of dim 1024, 8 query
 heads on 2 KV heads of head_dim 128 (GQA groups of 4, as Llama 3 8B's 32 on 8), 4 layers, the tiny
 model's vocabulary of 11 tokens. Its weights are about 90 MB in bf16, and its cache holds 1 KiB a token
 a layer, so at batch 8 and 8k tokens a step reads more cache than weights. The prompts are random tokens.
 
-For each batch and prompt length, five decode loops (gqa_flash/lab/generate.py's CachedGenerator):
+For each batch and prompt length, five decode loops (gqa_flash/course/lab/generate.py's CachedGenerator):
 
     provider      cache       launch
     sdpa          contiguous  eager        indexed K/V write, then F.scaled_dot_product_attention over
@@ -37,7 +37,7 @@ steps (a gap near 1e-5 would explain a flip). The timed loops run in bf16;
 ``same_tokens_as_sdpa_eager`` compares each loop's timed tokens with the SDPA eager loop's, in bf16,
 where rounding may settle a near-tie either way.
 
-Every row carries the date, GPU, driver, torch, triton and the switch (gqa_flash.lab.bench.environment()).
+Every row carries the date, GPU, driver, torch, triton and the switch (gqa_flash.course.lab.bench.environment()).
 ``--smoke`` runs the script's logic with a tiny model (dim 32, 4 query heads on 2 KV heads, 2 layers);
 on a machine without a GPU, in Triton's interpreter, with the eager loops only and fp32: to check the
 script before a GPU run (tests/test_generate.py does).
@@ -57,10 +57,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gqa_flash import impl, runtime  # noqa: E402  (first: it picks the interpreter before triton loads)
-from gqa_flash.lab import generate, tiny_model  # noqa: E402
-from gqa_flash.lab.bench import ENVIRONMENT, environment  # noqa: E402
-from gqa_flash.lab.bench_decode import _ints  # noqa: E402  (comma-separated positive integers)
+from gqa_flash.course import impl, runtime  # noqa: E402  (first: it picks the interpreter before triton loads)
+from gqa_flash.course.lab import generate, tiny_model  # noqa: E402
+from gqa_flash.course.lab.bench import ENVIRONMENT, environment  # noqa: E402
+from gqa_flash.course.lab.bench_decode import _ints  # noqa: E402  (comma-separated positive integers)
 
 import triton  # noqa: E402
 

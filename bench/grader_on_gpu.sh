@@ -14,5 +14,5 @@ source "$(dirname "$0")/common.sh" "$@"
 
 only graded && step graded 420 "$PYTHON" -m pytest tests/graded -q -p no:cacheprovider --durations=15 \
     ${ARGS[@]+"${ARGS[@]}"}
-only grader && step grader 420 "$PYTHON" -m gqa_flash.grader solutions --out "$OUT/results.json"
+only grader && step grader 420 "$PYTHON" -m gqa_flash.course.grader solutions --out "$OUT/results.json"
 finish

@@ -6,7 +6,7 @@ Each COURSE is a checkout of the course (the working tree, or ``git worktree add
 turn on the same machine in the same run, so two versions of the grader compare fairly. The six submissions
 are written from this checkout's solutions/: every module right with the bonus, the four required modules,
 the required modules with a classic bug in naive.py, a naive.py that hangs, a notebook only, an empty zip.
-Each course's batch runs with its own code (``python -m gqa_flash.grader`` with that course first on the
+Each course's batch runs with its own code (``python -m gqa_flash.course.grader`` with that course first on the
 path), ``--jobs`` at a time; a row per submission records its seconds and the batch's wall time.
 """
 
@@ -64,7 +64,8 @@ def grade(course: Path, subs: Path, work: Path, jobs: int) -> tuple[float, list[
     env = dict(os.environ, PYTHONPATH=str(course))
     env.pop("GQA_FLASH_IMPL", None)
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "gqa_flash.grader", *map(str, sorted(subs.iterdir())), "--csv", str(book),
+    subprocess.run([sys.executable, "-m", "gqa_flash.course.grader", *map(str, sorted(subs.iterdir())),
+                    "--csv", str(book),
                     "--out", f"{out}/", "--jobs", str(jobs), "--workdir", str(work)], cwd=course, env=env,
                    check=False, stdout=subprocess.DEVNULL)
     wall = time.monotonic() - start

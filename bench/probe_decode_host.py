@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 import gqa_flash
-from gqa_flash import impl, validation
-from gqa_flash.lab.bench import environment
+from gqa_flash.course import impl, validation
+from gqa_flash.course.lab.bench import environment
 
 CALLS = 200
 

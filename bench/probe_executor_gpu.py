@@ -35,7 +35,7 @@ sys.addaudithook(hook)
 import torch  # noqa: E402
 
 import gqa_flash  # noqa: E402
-from gqa_flash import testing  # noqa: E402
+from gqa_flash.course import testing  # noqa: E402
 
 q, k, v = testing.random_qkv(batch=1, n_q_heads=4, n_kv_heads=2, seq_len=64, head_dim=32, dtype=torch.float16,
                              seed=0, device="cuda")
@@ -55,7 +55,7 @@ with open(os.path.join(out, "processes.txt"), "w") as f:
     for row in seen:
         f.write(json.dumps(row, indent=1) + "\n")
 
-code = ("import json, sys; from gqa_flash import testing; "
+code = ("import json, sys; from gqa_flash.course import testing; "
         "print(json.dumps(tile_counts.score_tiles_per_program(**json.loads(sys.argv[1]))))")
 env = {k: os.environ[k] for k in ("PATH", "LD_LIBRARY_PATH", "GQA_FLASH_IMPL") if k in os.environ}
 env.update(PYTHONPATH=os.getcwd(), HOME=cache, TMPDIR=cache, CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1")

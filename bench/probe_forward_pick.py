@@ -3,7 +3,7 @@
     python bench/probe_forward_pick.py OUT.csv [N ...]
 
 bf16, causal, 32:8 heads, 16k tokens a launch, N = 4k and 8k unless given; triton.testing.do_bench
-medians (as bench/explore_fast.py), timed in 5 interleaved rounds (gqa_flash.lab.bench.interleaved_times),
+medians (as bench/explore_fast.py), timed in 5 interleaved rounds (gqa_flash.course.lab.bench.interleaved_times),
 each tile checked against SDPA first. Prints the autotuner's pick beside each fixed tile's time, to tell a
 bad pick from a slow kernel, and to compare a tile that is not a candidate at a length with the ones
 that are (``LONG_TILES_FROM``).
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 from gqa_flash.fast import forward as fast_forward
-from gqa_flash.lab.bench import checked_interleaved_times, median, tile_text
+from gqa_flash.course.lab.bench import checked_interleaved_times, median, tile_text
 
 TILES = [(256, 64, 8, 3, 2), (128, 64, 4, 2, 2), (128, 64, 4, 3, 2), (64, 64, 4, 3, 1), (128, 64, 8, 3, 1)]
 ROUNDS = 5

@@ -83,7 +83,7 @@ def _torch_context_parallel_ms(q, k, v, rounds, device):
 
 def _compute_only(ring, q, k, v, layout, sm_scale):
     """The ring's blocks without the ring: each step's pairs computed against this rank's own K/V."""
-    from gqa_flash import context_parallel
+    from gqa_flash.course import context_parallel
 
     rank, world = dist.get_rank(), dist.get_world_size()
     c = q.shape[2] // context_parallel.check_layout(layout)
@@ -109,8 +109,8 @@ def main():
     args = parser.parse_args()
 
     import gqa_flash
-    from gqa_flash import impl
-    from gqa_flash.lab.bench import environment
+    from gqa_flash.course import impl
+    from gqa_flash.course.lab.bench import environment
 
     local = int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local % torch.cuda.device_count())

@@ -7,7 +7,7 @@ scaled_dot_product_attention, the course's graded kernels (gqa_flash.flash_atten
 backward) and the fast ones (fast=True). Every 25 steps it records the training loss and the accuracy
 of greedy predictions on a held-out batch of 512 sequences: digits right, and whole sorted halves
 right. If the kernels' gradients are right, the three curves agree and the accuracy climbs to ~1.
-Each row carries the date, GPU, driver and versions (gqa_flash.lab.bench.environment()).
+Each row carries the date, GPU, driver and versions (gqa_flash.course.lab.bench.environment()).
 """
 
 import argparse
@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gqa_flash  # noqa: E402
-from gqa_flash.lab import bench, tiny_model  # noqa: E402
+from gqa_flash.course.lab import bench, tiny_model  # noqa: E402
 
 
 def fast_attention(q, k, v):

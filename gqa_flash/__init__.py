@@ -9,8 +9,8 @@ The public API dispatches to the graded modules chosen by
 ``GQA_FLASH_IMPL=solutions`` (the files in ``solutions/``).
 """
 
-from gqa_flash import runtime  # first: sets TRITON_INTERPRET when there is no GPU
-from gqa_flash.api import (
+from gqa_flash.course import runtime  # first: sets TRITON_INTERPRET when there is no GPU
+from gqa_flash.course.api import (
     flash_attention,
     fast_attention_backward,
     flash_attention_backward,
@@ -26,7 +26,7 @@ from gqa_flash.api import (
     unshard_sequence,
 )
 from gqa_flash.reference import reference_attention, reference_decode, reference_gradients
-from gqa_flash.runtime import describe
+from gqa_flash.course.runtime import describe
 
 __all__ = [
     "naive_attention",

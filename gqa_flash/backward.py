@@ -65,7 +65,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gqa_flash import runtime
+from gqa_flash.course import runtime
 
 
 @triton.jit

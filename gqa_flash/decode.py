@@ -74,8 +74,8 @@ What you write, in four ``@triton.jit`` helpers:
 import triton
 import triton.language as tl
 
-from gqa_flash import runtime  # noqa: F401  (picks the interpreter before the kernels below are defined)
-from gqa_flash import decode_launch  # the host's side: splits, tiles, launches
+from gqa_flash.course import runtime  # noqa: F401  (picks the interpreter before the kernels below are defined)
+from gqa_flash.course import decode_launch  # the host's side: splits, tiles, launches
 
 try:  # programmatic dependent launch, Hopper's and later GPUs' (used only with config "pdl")
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -355,7 +355,7 @@ def _flash_decode_merge_kernel(
 #
 # How many splits, which tiles, the grids and the buffers of the partial
 # states are the host's decisions, made from shapes, strides and dtypes alone
-# (never from the lengths, which live on the GPU). gqa_flash/decode_launch.py
+# (never from the lengths, which live on the GPU). gqa_flash/course/decode_launch.py
 # (given code) makes them into a plan, with the heuristics and the measured
 # tiles, and launches the two kernels above.
 

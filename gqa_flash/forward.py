@@ -59,7 +59,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gqa_flash import runtime  # picks the interpreter before the kernels below are defined
+from gqa_flash.course import runtime  # picks the interpreter before the kernels below are defined
 
 
 @triton.jit

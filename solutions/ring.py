@@ -34,7 +34,7 @@ of the bytes multi-head attention would.
 
 import torch
 
-from gqa_flash import context_parallel
+from gqa_flash.course import context_parallel
 
 
 def ring_source(rank, step, world_size):

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from gqa_flash import testing
+from gqa_flash.course import testing
 
 
 @pytest.fixture
@@ -14,7 +14,7 @@ def seed():
 
 def pytest_collection_modifyitems(config, items):
     """Skip tests marked `gpu` when no CUDA device runs the kernels."""
-    from gqa_flash import runtime
+    from gqa_flash.course import runtime
 
     if runtime.DEVICE.type == "cuda":
         return

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install bubblewrap (Debian's `bubblewrap`), the sandbox the grader runs a student's code in
-# (gqa_flash/grader/isolation.py), when it is missing. The grader's own tests grade in it; without it the
+# (gqa_flash/course/grader/isolation.py), when it is missing. The grader's own tests grade in it; without it the
 # grader still grades, and says on every output that the student's code ran NOT ISOLATED.
 # Idempotent. Needs root (or sudo) for apt-get; where neither works it says so and exits 0.
 set -uo pipefail

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from gqa_flash import impl, layout, tile_counts
-from gqa_flash.lab.checks import backward, backward_walks
-from gqa_flash.lab import tiny_model
-from gqa_flash.lab.checks.cases import LOG2E
+from gqa_flash.course import impl, layout, tile_counts
+from gqa_flash.course.lab.checks import backward, backward_walks
+from gqa_flash.course.lab import tiny_model
+from gqa_flash.course.lab.checks.cases import LOG2E
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import MUTANTS, _m, serve  # noqa: E402

@@ -15,9 +15,9 @@ import json
 import zipfile
 from pathlib import Path
 
-from gqa_flash import impl, layout
-from gqa_flash.grader import grade, plugin, submission, testrun
-from gqa_flash.grader.testrun import TestResult as Result
+from gqa_flash.course import impl, layout
+from gqa_flash.course.grader import grade, plugin, submission, testrun
+from gqa_flash.course.grader.testrun import TestResult as Result
 
 NAIVE = (impl.SOLUTIONS_DIR / "naive.py").read_bytes()
 COURSE_FILES = submission.COURSE_FILES  # the course's own files in its package, beside the graded ones

@@ -8,9 +8,9 @@ The test runs are faked (only what the grader prints is checked) and the clock t
 import io
 import zipfile
 
-from gqa_flash.grader import grade, plugin, progress, submission, testrun
-from gqa_flash.grader.testrun import TestResult as Result
-from gqa_flash.testing import folder
+from gqa_flash.course.grader import grade, plugin, progress, submission, testrun
+from gqa_flash.course.grader.testrun import TestResult as Result
+from gqa_flash.course.testing import folder
 
 BONUS_NOTE = "bonus not handed in: backward.py, decode.py, ring.py (graded as the stubs: no bonus points)"
 
@@ -131,7 +131,7 @@ def test_a_batch_says_it_started_before_any_submission_is_graded(tmp_path, monke
 def test_a_mean_rounds_halves_up_as_a_spreadsheet_does():
     # After a regrade the mean was 605/8 = 75.625, printed "75.62" (Python rounds the half to even); a
     # spreadsheet shows 75.63.
-    from gqa_flash.grader import report
+    from gqa_flash.course.grader import report
 
     assert [report.num(x) for x in (75.625, 2.675, 20.0, 7.6923, 0.0, -0.0, 145.0)] == [
         "75.63", "2.68", "20", "7.69", "0", "0", "145"]

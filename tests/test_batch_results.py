@@ -21,10 +21,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from gqa_flash import impl, layout
-from gqa_flash.testing import folder
-from gqa_flash.grader import grade, gradescope, isolation, plugin, report, submission, testrun
-from gqa_flash.grader.testrun import TestResult as Result
+from gqa_flash.course import impl, layout
+from gqa_flash.course.testing import folder
+from gqa_flash.course.grader import grade, gradescope, isolation, plugin, report, submission, testrun
+from gqa_flash.course.grader.testrun import TestResult as Result
 
 RIGHT = "# right\n"  # a naive.py the fake test run passes
 STOP = "nothing to grade: the submission holds no graded file"  # submission.read's own note, where it has one
@@ -197,7 +197,7 @@ def collected(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     subprocess.run([sys.executable, "-m", "pytest", str(layout.GRADED_TESTS_DIR), "--collect-only", "-q",
-                    "-p", "gqa_flash.grader.plugin", "-p", "pytest_timeout", f"--grade-log={log}",
+                    "-p", "gqa_flash.course.grader.plugin", "-p", "pytest_timeout", f"--grade-log={log}",
                     "-p", "no:cacheprovider", "-o", "addopts="],
                    cwd=layout.COURSE_DIR, env=env, check=True, capture_output=True, timeout=300)
     record = [json.loads(line) for line in log.read_text().splitlines()][-1]

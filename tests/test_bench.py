@@ -7,8 +7,8 @@ import types
 import pytest
 import torch
 
-from gqa_flash import impl, runtime
-from gqa_flash.lab import bench, perf_plots
+from gqa_flash.course import impl, runtime
+from gqa_flash.course.lab import bench, perf_plots
 
 
 def test_flops_are_counted_as_stated():

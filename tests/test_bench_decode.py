@@ -1,4 +1,4 @@
-"""The decode benchmark (gqa_flash/lab/bench_decode.py) on a CPU: its bookkeeping, its arguments, its refusal
+"""The decode benchmark (gqa_flash/course/lab/bench_decode.py) on a CPU: its bookkeeping, its arguments, its refusal
 without a GPU, and its sweep's logic run small in Triton's interpreter with the timer stubbed out."""
 
 import csv
@@ -6,8 +6,8 @@ import csv
 import pytest
 import torch
 
-from gqa_flash import runtime
-from gqa_flash.lab import bench, bench_decode as bd
+from gqa_flash.course import runtime
+from gqa_flash.course.lab import bench, bench_decode as bd
 
 ON_GPU = runtime.DEVICE.type == "cuda"
 

@@ -1,4 +1,4 @@
-"""The stored answers of the usual mistakes (gqa_flash/lab/checks/replays.pt) that let the notebooks' checks
+"""The stored answers of the usual mistakes (gqa_flash/course/lab/checks/replays.pt) that let the notebooks' checks
 name a failure's likely cause without shipping a working copy of the exercise.
 
 They must be what tools/make_check_replays.py writes now (a changed case or mistake needs the file
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gqa_flash.lab.checks import kernel, replays, tiled
+from gqa_flash.course.lab.checks import kernel, replays, tiled
 from gqa_flash.reference import reference_attention
 
 COURSE = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from gqa_flash import layout
+from gqa_flash.course import layout
 
 SINCE = "6cda68c"  # the rule holds for the commits after this one
 MAX_SUBJECT = 72

@@ -8,7 +8,7 @@ index. Each must fail the check of its part, and its verdict must say
   no code, no fix;
 * then, in ``cause``, the mistake itself, and in ``hint``, the fix.
 
-The check of a part runs a probe (gqa_flash/lab/checks/probes.py) on the mutated file's helper; the
+The check of a part runs a probe (gqa_flash/course/lab/checks/probes.py) on the mutated file's helper; the
 solutions pass every check.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import impl
-from gqa_flash.lab.checks import decode_parts
+from gqa_flash.course import impl
+from gqa_flash.course.lab.checks import decode_parts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import MUTANTS, Mutant, serve  # noqa: E402
@@ -131,7 +131,7 @@ def test_the_part_check_names_the_mistake(name, tmp_path, monkeypatch, capsys):
 
 
 def test_a_check_shows_the_cause_only_when_run_again(tmp_path, monkeypatch, capsys):
-    from gqa_flash.lab.checks import verdict as verdicts
+    from gqa_flash.course.lab.checks import verdict as verdicts
 
     monkeypatch.setattr(verdicts, "_SEEN", {})
     serve(BY_NAME["qk_scale_forgotten"].imported(tmp_path), "decode", monkeypatch)
@@ -144,7 +144,7 @@ def test_a_check_shows_the_cause_only_when_run_again(tmp_path, monkeypatch, caps
 
 
 def test_flash_decode_waits_for_the_parts_that_make_addresses(tmp_path, monkeypatch):
-    from gqa_flash.lab.checks.decode import check_decode
+    from gqa_flash.course.lab.checks.decode import check_decode
 
     serve(BY_NAME["decode_page_and_slot_swapped"].imported(tmp_path), "decode", monkeypatch)
     verdict = check_decode.verdict()

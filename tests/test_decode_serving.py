@@ -6,7 +6,7 @@ On a CPU, in the interpreter (the CUDA-graph capture and replay are in tests/gpu
   ``cache_seqlens`` or ``block_table`` on the host, with host work that does not grow with the batch;
 * ``k_new``/``v_new`` land where writing the cache by hand puts them, contiguous and paged;
 * lengths past the cache, negative ones and pages outside the pool make no kernel read or write
-  outside its tensors (the address check of gqa_flash.address_check), and the sequences whose values
+  outside its tensors (the address check of gqa_flash.course.address_check), and the sequences whose values
   are right still get their right rows;
 * what the fast path cannot check is refused by type and shape, with the argument named.
 """
@@ -16,10 +16,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import gqa_flash
-from gqa_flash import decode_launch, impl, kv_cache
-from gqa_flash.address_check import checked_addresses
+from gqa_flash.course import decode_launch, impl, kv_cache
+from gqa_flash.course.address_check import checked_addresses
 from gqa_flash.reference import reference_decode
-from gqa_flash.testing import assert_matches, decode_inputs
+from gqa_flash.course.testing import assert_matches, decode_inputs
 
 CAPACITY, PAGE = 64, 16
 

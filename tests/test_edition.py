@@ -1,4 +1,4 @@
-"""The student edition (gqa_flash/grader/edition.py): it leaks no solution line, and it works.
+"""The student edition (gqa_flash/course/grader/edition.py): it leaks no solution line, and it works.
 
 One edition is written into pytest's temporary folder for the whole module,
 exactly as ``make student-edition DEST=...`` writes it. Then, in that copy:
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import layout
-from gqa_flash.grader import edition, grade, release, sandbox
-from gqa_flash.grader.testrun import Limits
-from gqa_flash.lab import results
+from gqa_flash.course import layout
+from gqa_flash.course.grader import edition, grade, release, sandbox
+from gqa_flash.course.grader.testrun import Limits
+from gqa_flash.course.lab import results
 
 COURSE = layout.COURSE_DIR
 SOLUTIONS = release.SOLUTIONS_DIR
@@ -91,8 +91,9 @@ def test_the_edition_holds_what_a_student_needs_and_no_instructor_file(student_e
         assert (dest / name).is_file(), f"the edition has no {name}"
     assert os.access(dest / ".ci" / "run", os.X_OK)
     for name in ("solutions", "tests/mutants", "tools", "tests/test_mutants.py", "tests/test_grade.py",
-                 "tests/test_release.py", "tests/test_edition.py", "tests/browser", "gqa_flash/grader/release.py",
-                 "gqa_flash/grader/edition.py"):
+                 "tests/test_release.py", "tests/test_edition.py", "tests/browser",
+                 "gqa_flash/course/grader/release.py",
+                 "gqa_flash/course/grader/edition.py"):
         assert not (dest / name).exists(), f"the edition holds {name}, an instructor's file"
     # The graded files are the stubs written from solutions/, whatever the instructor's gqa_flash/ holds.
     for path, text in release.plan(SOLUTIONS, dest / "gqa_flash").items():
@@ -187,7 +188,7 @@ def test_make_passes_update_and_force_on():
     def command(*args):
         out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "student-edition", *args], cwd=COURSE,
                              capture_output=True, text=True, timeout=60).stdout
-        return " ".join(line for line in out.splitlines() if "gqa_flash.grader.edition" in line or "--" in line)
+        return " ".join(line for line in out.splitlines() if "gqa_flash.course.grader.edition" in line or "--" in line)
 
     assert "--update" in command("DEST=../x", "UPDATE=1") and "--force" not in command("DEST=../x", "UPDATE=1")
     assert "--force" in command("DEST=../x", "FORCE=1") and "--update" not in command("DEST=../x", "FORCE=1")
@@ -203,7 +204,7 @@ def test_make_student_edition_echoes_one_command_line():
                              cwd=COURSE, capture_output=True, text=True, timeout=60).stdout
         lines = out.splitlines()
         assert not [line for line in lines if not line.strip() or line.rstrip().endswith("\\")], out
-        assert [line.split("edition ", 1)[1] for line in lines if "gqa_flash.grader.edition" in line] == \
+        assert [line.split("edition ", 1)[1] for line in lines if "gqa_flash.course.grader.edition" in line] == \
             ['"../x"' + {"UPDATE=1": " --update", "FORCE=1": " --force"}.get(next(iter(mode), ""), "")], out
 
 
@@ -327,7 +328,7 @@ def test_the_fast_kernels_run_in_the_edition_on_a_cpu(student_edition):
     dest, _ = student_edition
     code = (
         "import torch, gqa_flash\n"
-        "assert gqa_flash.runtime.INTERPRETER or torch.cuda.is_available()\n"
+        "assert gqa_flash.course.runtime.INTERPRETER or torch.cuda.is_available()\n"
         "g = torch.Generator().manual_seed(0)\n"
         "q = torch.randn(1, 4, 40, 32, generator=g).half(); k, v = (torch.randn(1, 2, 40, 32, generator=g).half()"
         " for _ in range(2))\n"

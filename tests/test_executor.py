@@ -1,6 +1,6 @@
 """The judge apart: what crosses between the judge and the executor, and what the executor's death costs.
 
-The wire (gqa_flash/grader/wire.py) carries a tensor to the executor as the view it is (strides, offset, the
+The wire (gqa_flash/course/grader/wire.py) carries a tensor to the executor as the view it is (strides, offset, the
 NaN padding past a view), and back only as a dense tensor of a stated shape and dtype, built from bytes: no
 pickle, no object of the student's. A crash, an exit or a hang in the executor fails the one call it happened
 in, and the next call gets a fresh executor. The audit hook refuses what graded code never needs, even when
@@ -14,9 +14,9 @@ import textwrap
 import pytest
 import torch
 
-from gqa_flash import testing
-from gqa_flash.grader import calls, isolation, wire
-from gqa_flash.integrity import IntegrityViolation
+from gqa_flash.course import testing
+from gqa_flash.course.grader import calls, isolation, wire
+from gqa_flash.course.integrity import IntegrityViolation
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "bnhd", "strided", "padded"])
@@ -63,7 +63,7 @@ def test_bubblewrap_exit_codes_read_as_signals():
 @pytest.fixture(scope="module")
 def executor(tmp_path_factory):
     """An executor on a course folder whose naive.py misbehaves on request (by its inputs' first value)."""
-    from gqa_flash.grader import sandbox
+    from gqa_flash.course.grader import sandbox
 
     tree = tmp_path_factory.mktemp("executor")
     course = sandbox.snapshot()
@@ -149,7 +149,7 @@ def test_on_a_gpu_only_the_programs_triton_starts_may_start(tmp_path, monkeypatc
     import os
     import shutil
 
-    from gqa_flash.grader import audit
+    from gqa_flash.course.grader import audit
 
     cc = shutil.which("cc") or shutil.which("gcc")
     fake = tmp_path / "gcc"
@@ -174,8 +174,8 @@ def test_on_a_gpu_only_the_programs_triton_starts_may_start(tmp_path, monkeypatc
 def test_on_a_gpu_the_interpreter_harnesses_go_to_a_sibling_with_the_gpu_hidden(monkeypatch, tmp_path):
     """score_tiles and probe count a kernel's work in Triton's interpreter: on a GPU machine the judge sends them
     to a second executor (CUDA hidden, TRITON_INTERPRET=1), and an executor on the GPU refuses them."""
-    from gqa_flash import runtime
-    from gqa_flash.grader import executor as executor_module
+    from gqa_flash.course import runtime
+    from gqa_flash.course.grader import executor as executor_module
 
     monkeypatch.setattr(calls, "_gpu", lambda: True)
     ex = calls.Executor(tree=tmp_path, kind="none", impl="student")
@@ -223,7 +223,7 @@ def test_a_venv_reached_through_a_link_runs_in_the_sandbox(tmp_path):
     import sys
     from pathlib import Path
 
-    from gqa_flash import layout
+    from gqa_flash.course import layout
 
     if sys.prefix == sys.base_prefix:
         pytest.skip("not run from a virtual environment")
@@ -231,7 +231,7 @@ def test_a_venv_reached_through_a_link_runs_in_the_sandbox(tmp_path):
         pytest.skip(f"no bubblewrap here: {isolation.bwrap_problem()}")
     link = tmp_path / ".venv"
     link.symlink_to(Path(sys.prefix).resolve())
-    done = subprocess.run([str(link / "bin" / "python"), "-c", "from gqa_flash.grader import isolation as i; "
+    done = subprocess.run([str(link / "bin" / "python"), "-c", "from gqa_flash.course.grader import isolation as i; "
                            "print(i._python_links(), i.bwrap_problem())"], capture_output=True, text=True,
                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(layout.COURSE_DIR)},
                           timeout=60)
@@ -254,9 +254,9 @@ def test_grading_without_isolation_says_so_everywhere(tmp_path, monkeypatch, cap
     say NOT ISOLATED; never silently."""
     import csv
 
-    from gqa_flash import impl
-    from gqa_flash.grader import grade
-    from gqa_flash.testing import folder
+    from gqa_flash.course import impl
+    from gqa_flash.course.grader import grade
+    from gqa_flash.course.testing import folder
 
     monkeypatch.setenv("GQA_FLASH_ISOLATION", "none")
     subs = [folder(tmp_path, name, {"naive.py": (impl.SOLUTIONS_DIR / "naive.py").read_text()}) for name in "ab"]
@@ -278,7 +278,7 @@ def test_on_a_gpu_the_executor_runs_each_autotuner_on_one_config(monkeypatch):
     import triton.language as tl
     from triton.runtime.autotuner import Autotuner
 
-    from gqa_flash.grader import executor as executor_module
+    from gqa_flash.course.grader import executor as executor_module
 
     @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"],
                      prune_configs_by={"early_config_prune": lambda configs, named, **kw: configs[::-1]})
@@ -304,7 +304,7 @@ def test_where_the_first_candidate_does_not_fit_the_gpu_the_executor_takes_the_n
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.errors import OutOfResources
 
-    from gqa_flash.grader import executor as executor_module
+    from gqa_flash.course.grader import executor as executor_module
 
     launched = []
 
@@ -344,7 +344,7 @@ def test_a_kernel_that_does_not_compile_is_placed_at_the_compilers_line(tmp_path
 
     from triton.compiler.errors import CompilationError
 
-    from gqa_flash.grader import executor as executor_module
+    from gqa_flash.course.grader import executor as executor_module
 
     kernel = "def _backward_dkdv(q, k):\n    s = tl.dot(k, q)\n    dv = tl.dot(pT, do)\n"
     graded = tmp_path / "gqa_flash" / "backward.py"
@@ -366,8 +366,8 @@ def test_in_the_interpreter_a_kernels_error_is_placed_at_its_own_line(tmp_path):
     AssertionError at the launch, and only the exception it was raised from holds the kernel's frame."""
     import importlib.util
 
-    from gqa_flash import impl, testing
-    from gqa_flash.grader import executor as executor_module
+    from gqa_flash.course import impl, testing
+    from gqa_flash.course.grader import executor as executor_module
     from gqa_flash.reference import reference_attention
 
     solution = (impl.SOLUTIONS_DIR / "backward.py").read_text()

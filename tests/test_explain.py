@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import impl
-from gqa_flash.lab.checks import naive, softmax, tiled
-from gqa_flash.lab.checks import verdict as v
+from gqa_flash.course import impl
+from gqa_flash.course.lab.checks import naive, softmax, tiled
+from gqa_flash.course.lab.checks import verdict as v
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import serve  # noqa: E402
@@ -111,7 +111,7 @@ def test_a_crash_no_known_mistake_explains_says_so_of_the_error(tmp_path, monkey
 def test_a_part_still_its_placeholder_is_told_so_on_the_first_run(monkeypatch):
     # forward.py's stub, Part 1 done: Part 2's check said "FAIL ... where: ... got 0" and held "the placeholder
     # is still there" for the second run, as if a mistake were to be found. There is nothing to find.
-    from gqa_flash.lab.checks.kernel_parts import PART_CHECKS
+    from gqa_flash.course.lab.checks.kernel_parts import PART_CHECKS
 
     serve(impl.load("forward", "student"), "forward", monkeypatch)
     shown = [v.staged(check.verdict()) for check in PART_CHECKS]

@@ -43,9 +43,9 @@ CHILD = textwrap.dedent('''
     import torch
 
     import gqa_flash
-    from gqa_flash import impl
+    from gqa_flash.course import impl
     from gqa_flash.fast.backward import INTERPRETER_CONFIG, default_dq_mode, fast_attention_backward
-    from gqa_flash.testing import assert_lse_matches, assert_matches, gradient_error
+    from gqa_flash.course.testing import assert_lse_matches, assert_matches, gradient_error
 
     assert Path(gqa_flash.__file__).resolve().is_relative_to(COPY), gqa_flash.__file__
     assert impl.current() == "student"
@@ -150,7 +150,7 @@ def test_fast_backward_ragged_key_block_whose_padding_overflows():
 
     import gqa_flash
     from gqa_flash.fast.backward import INTERPRETER_CONFIG, fast_attention_backward
-    from gqa_flash.testing import gradient_error
+    from gqa_flash.course.testing import gradient_error
 
     gen = torch.Generator().manual_seed(0)
     n, d = 37, 32  # 37 keys: the second 32-key block is ragged
@@ -182,7 +182,7 @@ def test_fast_forward_with_two_query_heads_a_program(n_q_heads, n_kv_heads, seq_
     import torch
 
     from gqa_flash.fast.forward import fast_attention_forward
-    from gqa_flash.testing import assert_attention_matches, random_qkv
+    from gqa_flash.course.testing import assert_attention_matches, random_qkv
 
     q, k, v = random_qkv(2, n_q_heads, n_kv_heads, seq_len, 32, dtype=torch.float32, seed=seq_len)
     config = dict(BLOCK_M=32, BLOCK_N=16, SUBTILES=2, HEADS=2)
@@ -220,9 +220,9 @@ def test_fast_kernels_launch_the_autotuners_pick_directly_from_a_keys_second_cal
     import triton
 
     import gqa_flash
-    from gqa_flash import runtime
+    from gqa_flash.course import runtime
     from gqa_flash.fast import backward as fast_backward, forward as fast_forward
-    from gqa_flash.testing import assert_attention_matches, gradient_error, random_qkv
+    from gqa_flash.course.testing import assert_attention_matches, gradient_error, random_qkv
 
     class StandIn:
         """Picks ``configs[0]`` at its first tuning, ``configs[1]`` at its second, ... and launches it."""

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import impl, runtime
-from gqa_flash.lab.checks import kernel_parts, kernel_walk, probes
+from gqa_flash.course import impl, runtime
+from gqa_flash.course.lab.checks import kernel_parts, kernel_walk, probes
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import MUTANTS, _m  # noqa: E402

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gqa_flash import impl, runtime
-from gqa_flash.lab.checks import kernel, kernel_parts, kernel_walk, triton_errors, verdict
+from gqa_flash.course import impl, runtime
+from gqa_flash.course.lab.checks import kernel, kernel_parts, kernel_walk, triton_errors, verdict
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import MUTANTS, serve  # noqa: E402

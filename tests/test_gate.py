@@ -1,4 +1,4 @@
-"""The static gate (gqa_flash/grader/gate.py): what an honest file needs passes, each forbidden construct fails.
+"""The static gate (gqa_flash/course/grader/gate.py): what an honest file needs passes, each forbidden construct fails.
 
 Every case is a few lines of source; a forbidden one marks its offending line with ``# <-`` so that the test
 checks the rule and the line the gate names. Nothing here runs a kernel or needs a GPU.
@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash.grader import release
-from gqa_flash.grader.gate import EXERCISES, Violation, check
+from gqa_flash.course.grader import release
+from gqa_flash.course.grader.gate import EXERCISES, Violation, check
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADED = sorted(EXERCISES)
 STUBS = {path.name: text for path, text in release.plan(ROOT / "solutions", ROOT / "gqa_flash").items()}
 HEADS = {  # what each kind of file starts with: its stub's imports
     "naive.py": "import torch\n",
-    "forward.py": "import torch\nimport triton\nimport triton.language as tl\n\nfrom gqa_flash import runtime\n",
+    "forward.py": "import torch\nimport triton\nimport triton.language as tl\n\nfrom gqa_flash.course import runtime\n",
 }
 
 
@@ -159,10 +159,10 @@ FORBIDDEN = [  # (file, body with the offending line marked, rule)
     ("naive.py", "import gc  # <-", "import"),
     ("naive.py", "import builtins  # <-", "import"),
     ("naive.py", "from importlib import import_module  # <-", "import"),
-    ("naive.py", "from gqa_flash import integrity  # <-", "import"),
+    ("naive.py", "from gqa_flash.course import integrity  # <-", "import"),
     ("naive.py", "import gqa_flash.fast  # <-", "import"),
     ("naive.py", "import gqa_flash  # <-", "import"),
-    ("naive.py", "from gqa_flash.lab import bench  # <-", "import"),
+    ("naive.py", "from gqa_flash.course.lab import bench  # <-", "import"),
     ("naive.py", "from torch import *  # <-", "import"),
     ("naive.py", "from . import reference  # <-", "import"),
     ("naive.py", "import torch._dynamo  # <-", "import"),
@@ -221,7 +221,7 @@ def test_distributed_is_allowed_in_ring_only():
 
 
 def test_the_stub_own_imports_are_allowed_and_only_those():
-    body = "from gqa_flash import runtime\n"
+    body = "from gqa_flash.course import runtime\n"
     assert check("forward.py", body, STUBS["forward.py"]) == []
     assert [v.rule for v in check("forward.py", body)] == ["import"]  # without the stub: the table alone
     assert [v.rule for v in check("naive.py", body, STUBS["naive.py"])] == ["import"]
@@ -247,7 +247,7 @@ def test_unknown_file_and_syntax_errors():
 def test_gate_imports_neither_torch_nor_triton():
     code = (
         "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('gate', {str(ROOT / 'gqa_flash/grader/gate.py')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('gate', {str(ROOT / 'gqa_flash/course/grader/gate.py')!r})\n"
         "gate = importlib.util.module_from_spec(spec); sys.modules['gate'] = gate; spec.loader.exec_module(gate)\n"
         "assert gate.check('forward.py', 'import os\\n')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'numpy', 'gqa_flash')))\n"

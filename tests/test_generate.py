@@ -1,4 +1,4 @@
-"""Greedy generation with a KV cache (gqa_flash/lab/generate.py), small, on a CPU in Triton's interpreter.
+"""Greedy generation with a KV cache (gqa_flash/course/lab/generate.py), small, on a CPU in Triton's interpreter.
 
 The cached generators must write the tokens that the model run on the whole sequence every step writes
 (SDPA, no cache), with the same logits up to rounding, and leave in their cache the keys and values that
@@ -14,8 +14,8 @@ import importlib.util
 import pytest
 import torch
 
-from gqa_flash import layout, runtime
-from gqa_flash.lab import bench, generate, tiny_model
+from gqa_flash.course import layout, runtime
+from gqa_flash.course.lab import bench, generate, tiny_model
 
 BATCH, PROMPT, NEW, CAPACITY = 2, 8, 6, 16
 

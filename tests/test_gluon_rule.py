@@ -5,7 +5,7 @@ and that a CPU call never reaches it."""
 import pytest
 import torch
 
-from gqa_flash import runtime
+from gqa_flash.course import runtime
 from gqa_flash.fast import forward as fast_forward
 
 HOPPER, AMPERE = 9, 8  # compute capabilities' major numbers

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import impl, layout
-from gqa_flash.grader import grade, gradescope, release, sandbox, submission, testrun
-from gqa_flash.grader import report as report_module
-from gqa_flash.grader.testrun import Limits
-from gqa_flash.testing import folder
+from gqa_flash.course import impl, layout
+from gqa_flash.course.grader import grade, gradescope, release, sandbox, submission, testrun
+from gqa_flash.course.grader import report as report_module
+from gqa_flash.course.grader.testrun import Limits
+from gqa_flash.course.testing import folder
 
 COURSE = layout.COURSE_DIR
 SOLUTIONS = impl.SOLUTIONS_DIR
@@ -606,7 +606,7 @@ def test_make_passes_module_to_test_graded_and_grade(tmp_path):
     done = subprocess.run(["make", "-n", "-f", "course.mk", "test-graded", "grade", "MODULE=naive tiled",
                            f"VENV={tmp_path / 'venv'}"], cwd=COURSE, capture_output=True, text=True, timeout=60)
     assert 'GQA_FLASH_MODULE="naive tiled"' in done.stdout and "-m pytest tests/graded" in done.stdout, done
-    assert '-m gqa_flash.grader --only "naive tiled"' in done.stdout, done
+    assert '-m gqa_flash.course.grader --only "naive tiled"' in done.stdout, done
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
@@ -628,7 +628,7 @@ def test_pytest_options_go_in_args_and_one_typed_after_the_target_stops_at_once(
 
 def test_a_failure_line_is_cut_at_a_word_not_mid_word():
     """Grader lines were cut mid-word ("Or was 0 divid..."); they end at a sentence or a word, with an ellipsis."""
-    from gqa_flash.grader import plugin
+    from gqa_flash.course.grader import plugin
 
     message = "O: first wrong at [0, 0, 3, 1]. " + "Every entry is NaN: was anything written? " * 5 + (
         "Or was 0 divided by 0 in the normaliser, where a row sees no key at all?")

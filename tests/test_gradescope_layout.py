@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash.grader import grade, gradescope, release
-from gqa_flash.testing import folder
+from gqa_flash.course.grader import grade, gradescope, release
+from gqa_flash.course.testing import folder
 
 SOLUTIONS = release.SOLUTIONS_DIR
 
@@ -113,7 +113,7 @@ HIDDEN_TEST = '''
 import pytest
 import torch
 import gqa_flash
-from gqa_flash.grader.calls import own_work, student
+from gqa_flash.course.grader.calls import own_work, student
 
 
 @pytest.mark.points(5)
@@ -135,7 +135,7 @@ def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_p
     root = tmp_path / "autograder"  # stands in for /autograder
     with zipfile.ZipFile(bundle) as z:
         names = z.namelist()
-        assert {"setup.sh", "run_autograder", "requirements.txt", "gqa_flash/grader/grade.py",
+        assert {"setup.sh", "run_autograder", "requirements.txt", "gqa_flash/course/grader/grade.py",
                 "tests/graded/test_forward.py", "hidden_tests/test_hidden_naive.py"} <= set(names)
         assert not any(n.startswith("solutions") for n in names)
         for name in release.plan(SOLUTIONS, Path("gqa_flash")):  # the stubs, never the solutions

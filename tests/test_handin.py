@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import impl, layout
-from gqa_flash.grader import grade, handin, release, submission
-from gqa_flash.grader.testrun import Limits
+from gqa_flash.course import impl, layout
+from gqa_flash.course.grader import grade, handin, release, submission
+from gqa_flash.course.grader.testrun import Limits
 
 SOLUTIONS = impl.SOLUTIONS_DIR
 REQUIRED = [f for f in layout.GRADED_FILES if Path(f).stem not in layout.BONUS_MODULES]

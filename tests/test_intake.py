@@ -14,8 +14,8 @@ import unicodedata
 import zipfile
 from pathlib import Path
 
-from gqa_flash import layout
-from gqa_flash.grader import downloads, report, submission
+from gqa_flash.course import layout
+from gqa_flash.course.grader import downloads, report, submission
 
 NAIVE = b"def naive_attention(q, k, v, causal=True, sm_scale=None):\n    return q\n"
 TILED = b"def tiled_attention(q, k, v, causal=True, sm_scale=None):\n    return q\n"

@@ -4,7 +4,7 @@ Each submission below hands a graded part's work to something that is not the
 student's: the fast kernels (through the public API or their module), the
 float64 reference, a notebook check's float64 model, PyTorch's attention. The
 grader must score that part 0, say so in its own ``integrity`` field (and CSV
-column), and leave the other parts alone. Underneath, gqa_flash.integrity's
+column), and leave the other parts alone. Underneath, gqa_flash.course.integrity's
 guard is tested on its own: a kernel launched from another file, a Triton
 helper of the fast kernels called inside the student's kernel, and the honest
 call, which must pass.
@@ -21,8 +21,8 @@ import triton
 import triton.language as tl
 
 import gqa_flash
-from gqa_flash import impl, integrity, testing
-from gqa_flash.grader import grade, sandbox, testrun
+from gqa_flash.course import impl, integrity, testing
+from gqa_flash.course.grader import grade, sandbox, testrun
 
 SOLUTIONS = impl.SOLUTIONS_DIR
 
@@ -104,9 +104,9 @@ ROUTES["tiled_runs_the_reference_in_a_thread"] = ("tiled", "started a thread", '
 MERGE_FROM_THE_CHECK = solution("online_softmax.py").replace(
     "def merge_states(m_a, l_a, m_b, l_b):\n",
     "def merge_states(m_a, l_a, m_b, l_b):\n"
-    "    from gqa_flash.lab.checks.softmax import _merge64\n"
+    "    from gqa_flash.course.lab.checks.softmax import _merge64\n"
     "    return tuple(t.float() for t in _merge64(m_a, l_a, m_b, l_b))\n", 1)
-ROUTES["online_softmax_merge_from_the_check"] = ("online_softmax", "gqa_flash.lab.checks.softmax",
+ROUTES["online_softmax_merge_from_the_check"] = ("online_softmax", "gqa_flash.course.lab.checks.softmax",
                                                  MERGE_FROM_THE_CHECK)
 
 
@@ -166,7 +166,7 @@ def _copy_kernel(X, Y, N: tl.constexpr):
 
 
 def test_a_kernel_defined_elsewhere_is_refused():
-    x = torch.arange(16.0, device=gqa_flash.runtime.DEVICE)
+    x = torch.arange(16.0, device=gqa_flash.course.runtime.DEVICE)
     y = torch.empty_like(x)
     with pytest.raises(integrity.IntegrityViolation, match=r"launched the kernel _copy_kernel of tests/"):
         with integrity.own_work("forward"):
@@ -183,7 +183,7 @@ def _as_graded_forward(graded):
 
 
 def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path):
-    if not gqa_flash.runtime.INTERPRETER:
+    if not gqa_flash.course.runtime.INTERPRETER:
         pytest.skip("a compiled kernel inlines its helpers; the interpreter calls them")
     graded = tmp_path / "forward.py"
     graded.write_text(textwrap.dedent('''
@@ -198,7 +198,7 @@ def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path):
             tl.store(Y + tl.arange(0, N), row_sum)
         '''))
     namespace, guard = _as_graded_forward(graded)
-    y = torch.empty(16, device=gqa_flash.runtime.DEVICE)
+    y = torch.empty(16, device=gqa_flash.course.runtime.DEVICE)
     with pytest.raises(integrity.IntegrityViolation, match=r"called the Triton function _empty_state of "
                                                            r"gqa_flash/fast/forward.py"):
         with guard:
@@ -207,7 +207,7 @@ def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path):
 
 def test_a_fast_helper_run_as_plain_python_inside_the_students_kernel_is_refused(tmp_path):
     # .fn is the helper's Python function: the interpreter runs it without a jit call the guard could see.
-    if not gqa_flash.runtime.INTERPRETER:
+    if not gqa_flash.course.runtime.INTERPRETER:
         pytest.skip("a compiled kernel cannot call a plain Python function")
     graded = tmp_path / "forward.py"
     graded.write_text(textwrap.dedent('''
@@ -254,7 +254,7 @@ def _copy_by_host_descriptors(XD, YD, BLOCK: tl.constexpr):
     YD.store([tl.program_id(0) * BLOCK, 0], XD.load([tl.program_id(0) * BLOCK, 0]))
 
 
-@pytest.mark.skipif(not gqa_flash.runtime.INTERPRETER, reason="the address check runs in the interpreter")
+@pytest.mark.skipif(not gqa_flash.course.runtime.INTERPRETER, reason="the address check runs in the interpreter")
 def test_tensor_descriptor_loads_pass_the_address_check():
     """An honest kernel may load through tensor descriptors, made in the kernel or on the host: the interpreter
     loads them with a cache_policy keyword, and the address check must take it (it once failed every such load)."""
@@ -281,7 +281,7 @@ def test_a_lazy_tensor_is_refused():
 
 
 def test_the_static_check_names_the_routes(tmp_path):
-    from gqa_flash.grader import submission
+    from gqa_flash.course.grader import submission
 
     (tmp_path / "forward.py").write_text(textwrap.dedent(ROUTES["forward_calls_the_fast_api"][2]))
     sub = submission.read(tmp_path)

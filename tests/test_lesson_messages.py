@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import impl
-from gqa_flash.lab.checks import naive, softmax, tiled
+from gqa_flash.course import impl
+from gqa_flash.course.lab.checks import naive, softmax, tiled
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import serve  # noqa: E402

@@ -1,6 +1,6 @@
 """`make grade-submissions` (course.mk): the instructor's grading command, with the course's .venv.
 
-`python -m gqa_flash.grader` typed in a fresh shell runs whatever `python` the PATH finds, which has no
+`python -m gqa_flash.course.grader` typed in a fresh shell runs whatever `python` the PATH finds, which has no
 torch ("No module named 'torch'"). The make target runs the grader with $(VENV)/bin/python, as `make grade`
 does for a student: here in a shell whose PATH holds no virtual environment at all.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import layout
-from gqa_flash.grader import release
+from gqa_flash.course import layout
+from gqa_flash.course.grader import release
 
 COURSE = layout.COURSE_DIR
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
@@ -29,15 +29,15 @@ def _make(*args, cwd=COURSE, env=None, timeout=60) -> subprocess.CompletedProces
 def test_make_grade_submissions_spells_the_graders_options():
     def command(*args) -> str:
         done = _make("-n", "-o", ".venv/.installed", "grade-submissions", *args)
-        return next(line for line in done.stdout.splitlines() if "-m gqa_flash.grader" in line)
+        return next(line for line in done.stdout.splitlines() if "-m gqa_flash.course.grader" in line)
 
-    assert command("SUBMISSIONS=alice.zip") == ".venv/bin/python -m gqa_flash.grader alice.zip"
+    assert command("SUBMISSIONS=alice.zip") == ".venv/bin/python -m gqa_flash.course.grader alice.zip"
     assert command("SUBMISSIONS=subs/a.zip subs/b", "CSV=grades.csv", "OUT=results/", "JOBS=4", "MODULE=naive tiled") \
-        == '.venv/bin/python -m gqa_flash.grader subs/a.zip subs/b --csv "grades.csv" --out "results/" --jobs 4 ' \
-           '--only "naive tiled"'
+        == '.venv/bin/python -m gqa_flash.course.grader subs/a.zip subs/b --csv "grades.csv" --out "results/" ' \
+           '--jobs 4 --only "naive tiled"'
     # --regrade takes the rest of the line: it comes last, after ARGS.
     assert command("CSV=grades.csv", "REGRADE=alice bob", "ARGS=--timeout 100") \
-        == '.venv/bin/python -m gqa_flash.grader --csv "grades.csv" --timeout 100 --regrade alice bob'
+        == '.venv/bin/python -m gqa_flash.course.grader --csv "grades.csv" --timeout 100 --regrade alice bob'
     assert command("SUBMISSIONS=a.zip", "VENV=/opt/course-venv").startswith("/opt/course-venv/bin/python -m ")
 
 
@@ -58,7 +58,7 @@ def test_make_grade_submissions_takes_a_name_with_spaces_as_the_docs_write_it(tm
                  "SUBMISSIONS=\"José García.zip\" bob.zip", "CSV=grades.csv")
     assert done.returncode == 0, done.stdout + done.stderr
     args = [line[4:] for line in done.stdout.splitlines() if line.startswith("arg:")]
-    assert args == ["-m", "gqa_flash.grader", "José García.zip", "bob.zip", "--csv", "grades.csv"], done.stdout
+    assert args == ["-m", "gqa_flash.course.grader", "José García.zip", "bob.zip", "--csv", "grades.csv"], done.stdout
 
 
 @pytest.mark.timeout(300)

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import impl
-from gqa_flash.grader import grade, sandbox, testrun
+from gqa_flash.course import impl
+from gqa_flash.course.grader import grade, sandbox, testrun
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import MUTANTS  # noqa: E402

@@ -1,7 +1,7 @@
 """A module not started (its file still the stub) is not run by the grader, and scores as if it had been.
 
 A submission of two modules once took 107 s against 123 s for all of them: the stubs' tests ran, to fail.
-Now they are collected (names and points) and fail at once as "not started" (gqa_flash/grader/started.py,
+Now they are collected (names and points) and fail at once as "not started" (gqa_flash/course/grader/started.py,
 testrun.py, plugin.py), with the same verdict and points as when they run (Limits.run_not_started). That
 rests on one fact, checked here too: run on the stubs, every graded test fails.
 """
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import layout
-from gqa_flash.grader import grade, gradescope, release, sandbox, started, testrun
-from gqa_flash.grader.report import NOT_STARTED
-from gqa_flash.grader.testrun import Limits
+from gqa_flash.course import layout
+from gqa_flash.course.grader import grade, gradescope, release, sandbox, started, testrun
+from gqa_flash.course.grader.report import NOT_STARTED
+from gqa_flash.course.grader.testrun import Limits
 
 SOLUTIONS = release.SOLUTIONS_DIR
 STUBS = {p.name: text for p, text in release.plan(SOLUTIONS, Path("gqa_flash")).items()}
@@ -95,8 +95,8 @@ def test_a_file_not_handed_in_is_named_so_not_not_started():
     """A submission without online_softmax.py is graded as its stub; what the student reads (the table's verdict,
     Gradescope's entry) once said "not started (still the stub you were given)", only a note saying the file
     was missing. Unit level: the marking, with no test run."""
-    from gqa_flash.grader import report as report_module
-    from gqa_flash.grader.testrun import TestResult
+    from gqa_flash.course.grader import report as report_module
+    from gqa_flash.course.grader.testrun import TestResult
 
     def result(part, i):
         return TestResult(id=f"tests/graded/test_{part}.py::t[{i}]", part=part, name=f"t[{i}]", max_score=5,

@@ -17,9 +17,9 @@ import matplotlib
 import nbformat
 import pytest
 
-from gqa_flash import decode_launch, layout
-from gqa_flash.grader import edition
-from gqa_flash.lab import decode_viz, perf_plots, results
+from gqa_flash.course import decode_launch, layout
+from gqa_flash.course.grader import edition
+from gqa_flash.course.lab import decode_viz, perf_plots, results
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -135,13 +135,13 @@ def test_sm_fill_picture_draws_the_split_count_the_launcher_picks(monkeypatch):
 def test_notebook_07_says_where_the_split_heuristic_lives():
     text = "\n".join(c.source for c in _read("07_decoding").cells)
     mentions = [m.group(0) for m in re.finditer(r"`default_num_splits` in `[^`]+`", text)]
-    assert mentions and all("gqa_flash/decode_launch.py" in m for m in mentions), mentions
-    assert "def default_num_splits(" in (COURSE / "gqa_flash" / "decode_launch.py").read_text()
+    assert mentions and all("gqa_flash/course/decode_launch.py" in m for m in mentions), mentions
+    assert "def default_num_splits(" in (COURSE / "gqa_flash" / "course" / "decode_launch.py").read_text()
     assert "splits_on_an_h200" not in text, "the table computes with decode_viz.split_counts, as the picture does"
 
 
 def _ships(path: str) -> bool:
-    """Whether the student edition holds a file, or a folder's files (gqa_flash/grader/edition.py)."""
+    """Whether the student edition holds a file, or a folder's files (gqa_flash/course/grader/edition.py)."""
     return not path.startswith(edition.LEFT_OUT) and (path.startswith(edition.SHIPPED) or path in edition.EDITION_TESTS)
 
 

@@ -4,7 +4,7 @@ A student who has written nothing yet must be able to run every notebook top
 to bottom and read one FAIL per exercise, not a stack trace. A check cell is
 a cell whose first line is ``# NBVAL_CHECK_OUTPUT``; it checks student code
 when it calls ``checks.check_<part>()`` or ``checks.progress()``
-(gqa_flash/lab/checks/, notebook 06's bonus checks included). Other check
+(gqa_flash/course/lab/checks/, notebook 06's bonus checks included). Other check
 cells (a notebook's own data checks, say) must only run.
 
 The stubs are generated afresh from solutions/ into a temporary copy of the
@@ -25,7 +25,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from gqa_flash import layout
+from gqa_flash.course import layout
 
 COURSE = layout.COURSE_DIR
 STUBS_KNOWN = (COURSE / "solutions").is_dir()  # else: the student edition, whose graded files are the student's
@@ -42,7 +42,7 @@ def stub_course(tmp_path_factory):
     shutil.copytree(COURSE / "gqa_flash", course / "gqa_flash", ignore=ignore)
     shutil.copytree(COURSE / "notebooks", course / "notebooks", ignore=ignore)
     if STUBS_KNOWN:
-        from gqa_flash.grader import release  # the instructor's copy only
+        from gqa_flash.course.grader import release  # the instructor's copy only
 
         for path, text in release.plan(COURSE / "solutions", course / "gqa_flash").items():
             path.write_text(text)

@@ -2,14 +2,14 @@
 student's (graded, with its notebook, its check and its points), support, or to read after finishing.
 
 Before it, only the banners told a student's eight files from the fourteen beside them, and the two partial
-maps (docs/instructors.md, gqa_flash/lab/__init__.py) missed ten modules between them. A file added to the
+maps (docs/instructors.md, gqa_flash/course/lab/__init__.py) missed ten modules between them. A file added to the
 package without a row fails here, as does a row whose points, check or notebook are not the course's.
 """
 
 import re
 
-from gqa_flash import layout
-from gqa_flash.lab import checks
+from gqa_flash.course import layout
+from gqa_flash.course.lab import checks
 from test_points import graded_tests  # tests/ is on the path, as for conftest.py
 
 MAP = layout.PACKAGE_DIR / "README.md"
@@ -21,14 +21,26 @@ def _rows():
     return {m["entry"]: m for m in map(ROW.match, MAP.read_text().splitlines()) if m}
 
 
+def _entries(folder, prefix=""):
+    return {prefix + p.name + ("/" if p.is_dir() else "") for p in folder.iterdir()
+            if p.name != "__pycache__" and not p.name.startswith(".") and p.suffix != ".pyc"}
+
+
 def test_every_entry_of_the_package_has_a_row_and_every_row_an_entry():
-    entries = {p.name + ("/" if p.is_dir() else "") for p in layout.PACKAGE_DIR.iterdir()
-               if p.name != "__pycache__" and not p.name.startswith(".") and p.suffix != ".pyc"}
+    """A row for each entry of gqa_flash/ and of gqa_flash/course/, where the course's machinery lives."""
+    entries = _entries(layout.PACKAGE_DIR) | _entries(layout.PACKAGE_DIR / "course", "course/")
     rows = _rows()
     assert not entries - set(rows), f"gqa_flash/README.md has no row for {sorted(entries - set(rows))}"
     assert not set(rows) - entries, f"gqa_flash/README.md has rows for what the package lacks: " \
                                     f"{sorted(set(rows) - entries)}"
     assert {r["who"].strip().split()[0] for r in rows.values()} <= {"yours", "support", "after"}
+
+
+def test_the_package_shows_the_students_files_and_five_other_entries():
+    """`ls gqa_flash/` shows a student their own files first: the machinery sits in course/, which the map
+    says they need not open. Beside the student's files: the API, the map, the spec, fast/ and course/."""
+    others = _entries(layout.PACKAGE_DIR) - {f"{m}.py" for m in layout.STUDENT_FILES}
+    assert others == {"__init__.py", "README.md", "reference.py", "fast/", "course/"}, sorted(others)
 
 
 def test_the_registry_of_student_files_is_the_courses():
@@ -66,7 +78,7 @@ def test_a_students_row_gives_its_notebook_its_check_and_its_points():
 def test_every_stub_has_a_signpost_to_its_spec_its_check_and_its_graded_tests():
     """No stub said what it is measured against: each now names, under its header, its specification, its
     notebook's check, its graded test file and points, and the make command that runs them."""
-    from gqa_flash.grader import release
+    from gqa_flash.course.grader import release
 
     for path, text in release.plan().items():
         module = path.stem

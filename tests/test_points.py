@@ -9,8 +9,8 @@ import ast
 import json
 import re
 
-from gqa_flash import layout
-from gqa_flash.grader import grade, gradescope, testrun
+from gqa_flash.course import layout
+from gqa_flash.course.grader import grade, gradescope, testrun
 
 GRADED = layout.GRADED_TESTS_DIR
 
@@ -137,7 +137,7 @@ class _Answers:
     def call(self, name, q, k, v, *, causal=True, sm_scale=None, return_lse=False, **_):
         import torch
 
-        from gqa_flash.grader.calls import Reply
+        from gqa_flash.course.grader.calls import Reply
         from gqa_flash.reference import reference_attention
 
         out, lse = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
@@ -145,7 +145,7 @@ class _Answers:
         return Reply((out, lse) if return_lse else out, {"launches": 1, "products": 1, "largest": [1, 1]})
 
     def score_tiles(self, seq_len, causal=True, **_):
-        from gqa_flash.tile_counts import key_blocks_needed
+        from gqa_flash.course.tile_counts import key_blocks_needed
 
         config = {"BLOCK_M": 32, "BLOCK_N": 16}
         counts = {f"{t},{bh}": key_blocks_needed(t, seq_len, 32, 16, causal)
@@ -163,7 +163,7 @@ def _points_lost(part: str, answers: _Answers, monkeypatch) -> float:
     import inspect
     import itertools
 
-    from gqa_flash.grader import calls
+    from gqa_flash.course.grader import calls
 
     monkeypatch.setattr(calls, "_student", answers)
     spec = importlib.util.spec_from_file_location(f"graded_{part}_for_points", GRADED / f"test_{part}.py")

@@ -15,10 +15,10 @@ import re
 import pytest
 
 import gqa_flash  # noqa: F401  (first: it sets the interpreter up before Triton is imported)
-from gqa_flash import layout, runtime
-from gqa_flash.lab import checks
-from gqa_flash.lab.checks import primer
-from gqa_flash.lab.checks.verdict import STEP_TWO
+from gqa_flash.course import layout, runtime
+from gqa_flash.course.lab import checks
+from gqa_flash.course.lab.checks import primer
+from gqa_flash.course.lab.checks.verdict import STEP_TWO
 
 NOTEBOOK = layout.COURSE_DIR / "notebooks" / "03b_triton_primer.ipynb"
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
@@ -150,7 +150,7 @@ def test_a_plain_function_is_not_a_kernel():
 
 
 def test_the_notebook_gives_no_graded_line_away():
-    from gqa_flash.grader import edition, release
+    from gqa_flash.course.grader import edition, release
 
     if not release.SOLUTIONS_DIR.is_dir():
         pytest.skip("the student edition has no solutions/ to compare with")

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import gqa_flash  # noqa: F401  (first: it sets the interpreter up before Triton is imported)
-from gqa_flash import layout, runtime
-from gqa_flash.lab import checks
-from gqa_flash.lab.checks.verdict import Stop
+from gqa_flash.course import layout, runtime
+from gqa_flash.course.lab import checks
+from gqa_flash.course.lab.checks.verdict import Stop
 
 NOTEBOOK = layout.COURSE_DIR / "notebooks" / "03b_triton_primer.ipynb"
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
@@ -58,7 +58,7 @@ def test_a_load_without_a_mask_fails_though_out_is_right(tmp_path):
 
 
 def test_on_a_gpu_the_source_shows_the_load_without_a_mask(tmp_path, monkeypatch):
-    from gqa_flash.lab.checks import primer_launch
+    from gqa_flash.course.lab.checks import primer_launch
 
     monkeypatch.setattr(runtime, "INTERPRETER", False)
     kernel = _double(tmp_path, _answer().replace(LOAD, "x = tl.load(X + offs)"))

@@ -2,14 +2,14 @@
 (issue 47: unstarted files were worded three ways, "Part 1 is not implemented yet", "not started: ... (the
 placeholder)" and a wrong answer such as "loads the wrong numbers", and ring.py was left out).
 
-A file not started is one the grader would call so (gqa_flash.grader.started: still, comments aside, the stub
+A file not started is one the grader would call so (gqa_flash.course.grader.started: still, comments aside, the stub
 the course hands out); its checks are not run.
 """
 
 import pytest
 
-from gqa_flash import impl, layout
-from gqa_flash.lab import checks
+from gqa_flash.course import impl, layout
+from gqa_flash.course.lab import checks
 
 pytestmark = pytest.mark.skipif(not impl.SOLUTIONS_DIR.is_dir(), reason="the student edition has no solutions/")
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not impl.SOLUTIONS_DIR.is_dir(), reason="the stu
 @pytest.fixture
 def stubs(tmp_path, monkeypatch):
     """Every graded file the checks run is its stub, as on a fresh course."""
-    from gqa_flash.grader import release
+    from gqa_flash.course.grader import release
 
     plan = release.plan(impl.SOLUTIONS_DIR, tmp_path)
     written = {}

@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from gqa_flash import layout
-from gqa_flash.grader import release
-from gqa_flash.grader.release import BEGIN, END, STUB, MarkerError, strip_solutions
+from gqa_flash.course import layout
+from gqa_flash.course.grader import release
+from gqa_flash.course.grader.release import BEGIN, END, STUB, MarkerError, strip_solutions
 
 BANNER = "# --- STUDENT IMPLEMENTATION REQUIRED HERE (Part {n}) ---"
 BANNER_END = "# --- END OF STUDENT IMPLEMENTATION ---"
@@ -19,7 +19,7 @@ def src(body: str) -> str:
 
 
 def test_student_files_are_in_sync_with_solutions():
-    result = subprocess.run([sys.executable, "-m", "gqa_flash.grader.release", "--check"],
+    result = subprocess.run([sys.executable, "-m", "gqa_flash.course.grader.release", "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

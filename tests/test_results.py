@@ -1,4 +1,4 @@
-"""The measurements' indexes (gqa_flash/lab/results.py): notebooks/data/INDEX.csv and bench/record/INDEX.csv.
+"""The measurements' indexes (gqa_flash/course/lab/results.py): notebooks/data/INDEX.csv and bench/record/INDEX.csv.
 
 Each index and its folder agree, file for file; every topic the notebooks and
 their generators read, and every file the README and the notebooks name, is in
@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from gqa_flash import layout
-from gqa_flash.lab import results
+from gqa_flash.course import layout
+from gqa_flash.course.lab import results
 
 COURSE = layout.COURSE_DIR
 MAX_NOT_CSV = 5  # logs and text files a student unpacks with the data (the issue "Learnable from the student's seat")

@@ -1,4 +1,4 @@
-"""Ring attention on CPU processes joined by gloo (gqa_flash.lab.ring_run), against the float64 reference.
+"""Ring attention on CPU processes joined by gloo (gqa_flash.course.lab.ring_run), against the float64 reference.
 
 One run of 2, 3 and 4 processes each goes through every case: causal or not, GQA 4:2 and MHA 2:2, head dims
 16 and 24, fp32 and fp16, both layouts; the shards are put back together (unshard_sequence) and compared
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash import context_parallel, impl
-from gqa_flash.lab import ring_run
+from gqa_flash.course import context_parallel, impl
+from gqa_flash.course.lab import ring_run
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
 

@@ -40,11 +40,11 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import layout
-from gqa_flash.grader import gate, grade, sandbox
-from gqa_flash.grader.report import GradeBook, num, total, write_json
-from gqa_flash.grader.testrun import Limits
-from gqa_flash.testing import folder
+from gqa_flash.course import layout
+from gqa_flash.course.grader import gate, grade, sandbox
+from gqa_flash.course.grader.report import GradeBook, num, total, write_json
+from gqa_flash.course.grader.testrun import Limits
+from gqa_flash.course.testing import folder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from routes.catalog import CANARY, CLASSES, MARKER, ROUTES  # noqa: E402
@@ -65,8 +65,8 @@ COST = ("forward", "tiled", "online_softmax", "ring", "naive")  # the longest gr
 # expected) while the hole is open, and the run fails once it is closed, until its line here goes.
 HOLES: dict[tuple[str, str], str] = {
     ("beneath", "mismatch_patched_at_import"): (
-        "0 points, but not flagged: replacing gqa_flash.testing.mismatch in the executor changes no verdict (the "
-        "judge compares), and nothing beneath the gate sees a module's attribute set"),
+        "0 points, but not flagged: replacing gqa_flash.course.testing.mismatch in the executor changes no verdict "
+        "(the judge compares), and nothing beneath the gate sees a module's attribute set"),
     ("beneath", "counters_forged"): (
         "25/25, no flag: the tile and whole-matrix counts forged as in counters_forged_from_an_annotation, the "
         "modes' instance attributes set through torch.overrides' and _python_dispatch's mode stacks; nothing "

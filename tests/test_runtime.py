@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash import impl, layout, runtime
+from gqa_flash.course import impl, layout, runtime
 
 
 def run_python(code, **env):
@@ -27,7 +27,7 @@ def test_describe_names_device_interpreter_and_versions():
 
 def test_without_a_gpu_the_interpreter_is_switched_on_before_kernels_are_defined():
     result = run_python(
-        "import os, gqa_flash.forward as f; from gqa_flash import runtime;"
+        "import os, gqa_flash.forward as f; from gqa_flash.course import runtime;"
         "print(os.environ['TRITON_INTERPRET'], runtime.INTERPRETER, runtime.DEVICE, runtime.default_dtype());"
         "print(type(f._flash_attention_forward_gqa_kernel).__name__)",
         CUDA_VISIBLE_DEVICES="",
@@ -84,7 +84,7 @@ def test_decode_launches_the_merge_early_only_where_the_gpu_can(monkeypatch, int
                                                                  expected):
     """decode.py asks for programmatic dependent launch (PDL) by default on a GPU; a GPU older than
     Hopper cannot compile its instructions, so there the merge kernel must be launched plainly."""
-    from gqa_flash import decode_launch
+    from gqa_flash.course import decode_launch
 
     monkeypatch.setattr(runtime, "INTERPRETER", interpreter)
     # the GPU's (SMs, capability's major number, shared memory), as decode.py asks for them
@@ -99,7 +99,7 @@ def test_an_output_nothing_was_written_to_reads_nan_and_the_verdict_says_so():
     and a comparison with every entry NaN asks whether anything was written."""
     import torch
 
-    from gqa_flash import runtime, testing
+    from gqa_flash.course import runtime, testing
 
     out = runtime.empty_output((1, 2, 3), torch.float16, "cpu")
     assert out.dtype == torch.float16 and bool(torch.isnan(out).all())

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash import layout
-from gqa_flash.grader import grade, sandbox
-from gqa_flash.grader.testrun import Limits
+from gqa_flash.course import layout
+from gqa_flash.course.grader import grade, sandbox
+from gqa_flash.course.grader.testrun import Limits
 
 COURSE = layout.COURSE_DIR
 

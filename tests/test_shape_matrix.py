@@ -18,7 +18,7 @@ import torch
 import gqa_flash
 from gqa_flash.fast import backward as fast_backward, forward as fast_forward
 from gqa_flash.reference import reference_attention
-from gqa_flash.testing import LAYOUTS, assert_lse_matches, assert_matches, gradient_error, peaked_qkv, random_qkv
+from gqa_flash.course.testing import LAYOUTS, assert_lse_matches, assert_matches, gradient_error, peaked_qkv, random_qkv
 
 HEADS = [(4, 4), (4, 2), (4, 1), (6, 2)]
 SEQ_LENS = [1, 2, 15, 16, 17, 33, 64, 100]

@@ -7,7 +7,7 @@ empty folder proved nothing: the grader stops it as "nothing to grade" and runs 
 
 import pytest
 
-from gqa_flash import layout
+from gqa_flash.course import layout
 
 
 @pytest.mark.timeout(300)
@@ -20,7 +20,7 @@ def test_make_test_graded_ends_with_the_points_table(tmp_path):
     import subprocess
     import sys
 
-    from gqa_flash.grader import release
+    from gqa_flash.course.grader import release
 
     shutil.copytree(layout.PACKAGE_DIR, tmp_path / "gqa_flash", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "gqa_flash" / "naive.py").write_text(release.student_text(release.SOLUTIONS_DIR / "naive.py"))

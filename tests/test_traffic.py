@@ -8,8 +8,8 @@ import importlib.util
 
 import pytest
 
-from gqa_flash import impl, layout
-from gqa_flash.lab.checks import traffic as traffic_checks
+from gqa_flash.course import impl, layout
+from gqa_flash.course.lab.checks import traffic as traffic_checks
 
 SOLUTION = impl.SOLUTIONS_DIR / "traffic.py"
 pytestmark = pytest.mark.skipif(not SOLUTION.is_file(), reason="the student edition has no solutions/")
@@ -55,7 +55,7 @@ def test_the_checks_pass_on_the_solution(monkeypatch):
 
 
 def test_the_checks_fail_on_the_stubs(monkeypatch, tmp_path):
-    from gqa_flash.grader import release
+    from gqa_flash.course.grader import release
 
     stub = _module(tmp_path, release.student_text(SOLUTION), "stub")
     for verdict, part in zip(_verdicts(monkeypatch, stub), (1, 2)):

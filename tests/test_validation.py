@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import gqa_flash
-from gqa_flash import runtime
+from gqa_flash.course import runtime
 
 FNS = {
     "naive": gqa_flash.naive_attention,

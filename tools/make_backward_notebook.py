@@ -9,13 +9,13 @@ notebook in place with the solutions, so that its stored outputs (the check cell
 only what changed.)
 
 The backward's H200 measurements are the topics "backward_dq_modes", "backward_dq_add" and "backward_split" of
-notebooks/data/INDEX.csv (gqa_flash.lab.results), and the tiny model's training on the H200 is the topic
+notebooks/data/INDEX.csv (gqa_flash.course.lab.results), and the tiny model's training on the H200 is the topic
 "tiny_model_training"; the numbers the text quotes are computed below from those files, and the asserts
 check the words around them.
 """
 import nbformat as nbf
 
-from gqa_flash.lab import results
+from gqa_flash.course.lab import results
 
 problems = results.unindexed()
 assert not problems, "notebooks/data and INDEX.csv disagree:\n" + "\n".join(problems)
@@ -182,8 +182,8 @@ import matplotlib.pyplot as plt
 import torch
 
 import gqa_flash
-from gqa_flash import runtime
-from gqa_flash.lab import checks, tiny_model
+from gqa_flash.course import runtime
+from gqa_flash.course.lab import checks, tiny_model
 
 torch.manual_seed(0)
 print(gqa_flash.describe())
@@ -434,7 +434,7 @@ the training loss and the accuracy of greedy predictions on 512 held-out sequenc
 accuracy* counts a sorted half as right only if every one of its digits is (<<train_file>>).
 """),
 code(r"""
-from gqa_flash.lab import results
+from gqa_flash.course.lab import results
 
 curves = results.load("tiny_model_training")  # the H200 run, a topic of notebooks/data/INDEX.csv
 print(results.cite("tiny_model_training"))
@@ -494,7 +494,7 @@ and `fast_separate`, two passes like yours but on the TMA and masking only the d
 how it ships. `gqa_flash.flash_attention(q, k, v, fast=True)` trains with the fast kernels.
 """),
 code(r"""
-from gqa_flash.lab import results
+from gqa_flash.course.lab import results
 
 runs = results.load("backward_dq_modes")  # topic of notebooks/data/INDEX.csv
 by = {(r["provider"], int(r["head_dim"]), int(r["seq_len"])): r for r in runs}
@@ -532,7 +532,7 @@ pipeline with its own buffers and registers; `bench/RESULTS.md` says how they be
 what that measured.
 """),
 code(r"""
-from gqa_flash.lab import results
+from gqa_flash.course.lab import results
 
 ms = {(int(r["d"]), int(r["n"]), r["provider"]): float(r["ms"]) for r in results.load("backward_split")}
 print(results.cite("backward_split"))
@@ -589,7 +589,7 @@ Two extra matrix products cost less than the atomics they replace. A bulk altern
 Accelerator, which moves tiles between global and shared memory) add each $dQ$ tile to global memory in one
 bulk reduction was <<bulk_loss>>% slower at head_dim 64, and at 128 the fp32 tile must first be staged in
 shared memory: the kernel then needs <<smem_need>> bytes of it against the <<smem_max>> a program may use, and
-did not compile. PyTorch's FlashAttention-2 backward is not in this file; `python -m gqa_flash.lab.bench --backward`
+did not compile. PyTorch's FlashAttention-2 backward is not in this file; `python -m gqa_flash.course.lab.bench --backward`
 times the course's backward kernels against every SDPA backend on a GPU.
 """
 for i, c in enumerate(cells):

@@ -1,4 +1,4 @@
-"""Write gqa_flash/lab/checks/replays.pt (instructors: after changing a check's case or its list of mistakes).
+"""Write gqa_flash/course/lab/checks/replays.pt (instructors: after changing a check's case or its list of mistakes).
 
     .venv/bin/python tools/make_check_replays.py
 
@@ -6,7 +6,7 @@ The checks of tiled.py (notebook 03) and notebook 04's gallery of kernel bugs na
 cause by comparing it with what each usual mistake returns on the same case. Those answers come from
 ``tiled64`` below: tiled.py's tile walk in float64 with one mistake switched on. With none switched on it
 *is* tiled.py's answer, so it lives here, outside the package (the student edition leaves ``tools/``
-out), and the package ships only its outputs (``gqa_flash/lab/checks/replays.py`` reads them).
+out), and the package ships only its outputs (``gqa_flash/course/lab/checks/replays.py`` reads them).
 tests/test_check_replays.py checks that the committed file is what this script writes.
 """
 
@@ -17,8 +17,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the course, without `pip install -e .`
 
-from gqa_flash.lab.checks import kernel, replays, tiled  # noqa: E402
-from gqa_flash.lab.checks.cases import LOG2E, kv_index  # noqa: E402
+from gqa_flash.course.lab.checks import kernel, replays, tiled  # noqa: E402
+from gqa_flash.course.lab.checks.cases import LOG2E, kv_index  # noqa: E402
 
 
 def tiled64(q, k, v, causal, sm_scale, block_m, block_n, bug=None):

@@ -13,7 +13,7 @@ the Gluon kernel) are a lab's record, and go to the section of docs/performance.
 tools/performance_notebook_record.py.
 
 The measurements are files in notebooks/data/, listed by topic in notebooks/data/INDEX.csv (what, command,
-date, GPU) and discussed in bench/RESULTS.md. This script and its notebook ask gqa_flash.lab.results for a
+date, GPU) and discussed in bench/RESULTS.md. This script and its notebook ask gqa_flash.course.lab.results for a
 topic, never for a file name. The narrative's numbers are computed below from those files, each sentence
 names its file, and asserts check the words around the numbers: a run that changes the story stops here.
 """
@@ -30,8 +30,8 @@ import performance_notebook_phases as phases_section  # tools/: the two-phase ca
 import performance_notebook_record as record  # tools/: the tables behind section 5, for docs/performance.md
 import performance_notebook_traffic as traffic_section  # tools/: the launch-order exercise's cells
 from performance_notebook_fast import explore_table
-from gqa_flash.lab import perf_plots as pp
-from gqa_flash.lab import results
+from gqa_flash.course.lab import perf_plots as pp
+from gqa_flash.course.lab import results
 
 # The topics this notebook reads (notebooks/data/INDEX.csv), in the order it reads them.
 TOPICS = ("forward_main", "forward_main_fast_shipped", "forward_other_shapes", "memory", "ceilings",
@@ -47,7 +47,7 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_performanc
 
 
 def bench_values(topic, provider, d=None, n=None, column="ratio_to_sdpa_default"):
-    """A column of a `python -m gqa_flash.lab.bench` CSV for one provider (and head dim, sequence length)."""
+    """A column of a `python -m gqa_flash.course.lab.bench` CSV for one provider (and head dim, sequence length)."""
     return [float(r[column]) for r in results.load(topic) if r["provider"] == provider and r["status"] == "ok"
             and (d is None or int(r["head_dim"]) == d) and (n is None or int(r["seq_len"]) == n)]
 
@@ -166,9 +166,9 @@ what to leave for later:
 | 5. warp specialisation on Hopper | skip: optional, one level below Triton, measured on another GPU | runs (a picture and one table) |
 | 6. a live run | skip | prints one line: it needs a GPU |
 
-The measurements were made on the GPU by `python -m gqa_flash.lab.bench` and the scripts in `bench/`. One
+The measurements were made on the GPU by `python -m gqa_flash.course.lab.bench` and the scripts in `bench/`. One
 index, `notebooks/data/INDEX.csv`, lists every file by topic with what was measured, the command that
-made it, the date and the GPU; the notebook asks `gqa_flash.lab.results` for a topic, and every table
+made it, the date and the GPU; the notebook asks `gqa_flash.course.lab.results` for a topic, and every table
 prints the file it comes from. `bench/RESULTS.md` discusses all of them, and `docs/performance.md` keeps
 the full record behind section 5, every table of it.
 """))
@@ -176,8 +176,8 @@ cells.append(code(f"""
 import matplotlib.pyplot as plt
 
 import gqa_flash
-from gqa_flash.lab import perf_plots as pp
-from gqa_flash.lab import results
+from gqa_flash.course.lab import perf_plots as pp
+from gqa_flash.course.lab import results
 
 print(gqa_flash.describe())
 bench = results.load("forward_main")  # every provider: head_dim 64 and 128, N = 1k to 16k
@@ -223,7 +223,7 @@ case: it writes and reads the whole $N \times N$ matrix, which makes it memory-b
 
 ## 2. The roofline, at the minimum traffic
 
-The two ceilings were measured on the same GPU by `python -m gqa_flash.lab.bench --ceilings`
+The two ceilings were measured on the same GPU by `python -m gqa_flash.course.lab.bench --ceilings`
 (<<file:ceilings>>): an 8192³ bf16 matrix product through PyTorch, and a 1 GiB device-to-device copy
 (bytes read plus bytes written). A kernel can sit anywhere under the roof; the gap to the roof is what
 is left to win.
@@ -386,12 +386,12 @@ With a GPU, this cell benchmarks the course's kernels against SDPA on one shape 
 there is nothing to time: the interpreter measures Python, not the kernel.
 """))
 cells.append(code(r"""
-from gqa_flash import runtime
+from gqa_flash.course import runtime
 
 if runtime.DEVICE.type == "cuda":
     import tempfile
     from pathlib import Path
-    from gqa_flash.lab import bench as gb
+    from gqa_flash.course.lab import bench as gb
 
     live_csv = Path(tempfile.mkdtemp(prefix="gqa_flash_bench_")) / "live_bench.csv"  # your own folder
     rows = gb.run([gb.Case(runtime.default_dtype(), True, 128, 4096)],
@@ -399,7 +399,7 @@ if runtime.DEVICE.type == "cuda":
     print(f"written to {live_csv}")
 else:
     print("No GPU here: every number above comes from notebooks/data, and each table names its GPU. "
-          "Run `python -m gqa_flash.lab.bench` on a GPU for your own.")
+          "Run `python -m gqa_flash.course.lab.bench` on a GPU for your own.")
 """))
 cells.append(md(r"""
 ## Check

@@ -7,7 +7,7 @@ tools/performance_notebook_record.py), not into the notebook.
 """
 import re
 
-from gqa_flash.lab import results
+from gqa_flash.course.lab import results
 
 # The files of the fast kernel's story, and the sweeps beside which their SDPA baselines are compared.
 TOPICS = ("fast_forward_tiles", "forward_first", "fast_subtiles", "lazy_rescaling")
@@ -114,7 +114,7 @@ subsection after it.*
 """
 
 PINGPONG_CELL = r"""
-from gqa_flash.lab import kernel_viz
+from gqa_flash.course.lab import kernel_viz
 
 kernel_viz.plot_pingpong()
 plt.show()

@@ -5,7 +5,7 @@ topic; the asserts below check the words around them, so a run that changes the 
 gets the ideas, a picture, one summary table and the kernel as users call it; the ratios of every step at both
 head dims and the detailed account (:data:`DETAIL`) go to docs/performance.md (performance_notebook_record.py).
 """
-from gqa_flash.lab import results
+from gqa_flash.course.lab import results
 
 TOPICS = ("hopper_forward_one_program_a_tile", "hopper_forward_persistent", "hopper_forward_variants",
           "hopper_forward_split_release", "forward_main_h100_gluon_route")

@@ -2,11 +2,11 @@
 
 Its numbers come from the H200 run that merged the fast forward's two key loops into one (tried and removed;
 commit 239abec has the code), rows `merged` of one file read by topic, and from the tile arithmetic of
-gqa_flash.lab.viz.tile_kinds; the asserts below check the words around them, so a run that changes the story
+gqa_flash.course.lab.viz.tile_kinds; the asserts below check the words around them, so a run that changes the story
 stops here.
 """
-from gqa_flash.lab import results
-from gqa_flash.lab.viz import tile_kinds
+from gqa_flash.course.lab import results
+from gqa_flash.course.lab.viz import tile_kinds
 
 TOPIC = "backward_flat_forward_merged"  # its rows of kind `merged`; those of kind `flat` are the backward's
 TOPICS = (TOPIC,)
@@ -75,7 +75,7 @@ at 4k. The picture draws the 1k case; the numbered row is one query tile's walk.
 
 
 SCHEDULE_CELL = r"""
-from gqa_flash.lab import kernel_viz
+from gqa_flash.course.lab import kernel_viz
 
 kernel_viz.plot_kernel_schedule(seq_len=1024, block_m=128, block_n=64, highlight=5, ask=False)
 plt.show()

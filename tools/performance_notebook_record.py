@@ -9,7 +9,7 @@ that section and leaves the rest of the page alone.
 from pathlib import Path
 
 import performance_notebook_fast as fast_section  # tools/: explore_table, sdpa_tflops
-from gqa_flash.lab import results
+from gqa_flash.course.lab import results
 
 COURSE = Path(__file__).resolve().parent.parent
 DOCS = COURSE / "docs" / "performance.md"

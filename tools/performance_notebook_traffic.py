@@ -8,9 +8,9 @@ notebooks/data/INDEX.csv) and the ceilings, with asserts on the words around the
 from running the solution of traffic.py at the measured shape (this script is the instructor's).
 """
 
-from gqa_flash import impl
-from gqa_flash.lab import perf_plots as pp
-from gqa_flash.lab import results
+from gqa_flash.course import impl
+from gqa_flash.course.lab import perf_plots as pp
+from gqa_flash.course.lab import results
 
 TOPIC = "launch_order_traffic"
 ROWS = {(r["order"], int(r["head_dim"])): r for r in results.load(TOPIC)}
@@ -253,7 +253,7 @@ decides.
 """
 
 MODEL_CELL = r"""
-from gqa_flash import impl
+from gqa_flash.course import impl
 
 measured = results.load("launch_order_traffic")  # ncu: one launch per order and head dim
 print(results.cite("launch_order_traffic"))
@@ -308,7 +308,7 @@ def cells(md, code):
         md(READS_AFTER),
         md(INTRO),
         md(EXERCISE),
-        code("# NBVAL_CHECK_OUTPUT\nfrom gqa_flash.lab import checks\n\nchecks.check_launch_order()"),
+        code("# NBVAL_CHECK_OUTPUT\nfrom gqa_flash.course.lab import checks\n\nchecks.check_launch_order()"),
         code("# NBVAL_CHECK_OUTPUT\nchecks.check_traffic_model()"),
         md(COMPARE),
         code(MODEL_CELL),

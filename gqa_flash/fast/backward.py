@@ -79,7 +79,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gqa_flash import runtime
+from gqa_flash.course import runtime
 from gqa_flash.fast.forward import empty_readable, fixed_config, input_precision, readable, remember
 
 

@@ -108,7 +108,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from gqa_flash import runtime
+from gqa_flash.course import runtime
 
 
 @triton.jit

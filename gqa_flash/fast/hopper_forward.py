@@ -52,7 +52,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from gqa_flash import runtime
+from gqa_flash.course import runtime
 from gqa_flash.fast import forward as triton_forward  # its layouts for the TMA and its shared-memory limit
 
 ROWS = gl.constexpr(64)  # query rows a consumer warpgroup owns: one wgmma M of 64 across its 4 warps

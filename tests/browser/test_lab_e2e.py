@@ -113,7 +113,7 @@ def _free_port() -> int:
 def _stub_course(dest: Path) -> Path:
     """A copy of the course (Makefile, course.mk, pyproject.toml, notebooks/, gqa_flash/) whose graded files are
     the stubs."""
-    from gqa_flash.grader import release
+    from gqa_flash.course.grader import release
 
     ignore = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
     for name in ("Makefile", "course.mk", "pyproject.toml"):

@@ -6,7 +6,7 @@ from triton.runtime.errors import OutOfResources
 
 import gqa_flash
 from gqa_flash.fast import backward as fast_backward
-from gqa_flash.testing import random_qkv
+from gqa_flash.course.testing import random_qkv
 
 pytestmark = pytest.mark.gpu
 

@@ -15,9 +15,9 @@ launcher's own choice of split and tile.
 import pytest
 import torch
 
-from gqa_flash import api, impl
+from gqa_flash.course import api, impl
 from gqa_flash.reference import reference_decode
-from gqa_flash.testing import assert_lse_matches, assert_matches, decode_inputs
+from gqa_flash.course.testing import assert_lse_matches, assert_matches, decode_inputs
 
 pytestmark = pytest.mark.gpu
 
@@ -169,7 +169,7 @@ def test_served_calls_go_straight_to_the_compiled_kernels_and_agree(seed):
     """decode_launch.serve keeps one plan a signature; from its second call the plan's launches go to the
     compiled kernels' launchers directly, and from its third they pass raw addresses into one buffer for
     the LSE and the partial states. Every call, with new values, must give what the reference gives."""
-    from gqa_flash import decode_launch
+    from gqa_flash.course import decode_launch
 
     decode_launch._plans.clear()
     for round_ in range(4):

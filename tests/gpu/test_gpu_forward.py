@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import gqa_flash
 from gqa_flash.fast import forward as fast_forward
 from gqa_flash.reference import reference_attention
-from gqa_flash.testing import assert_lse_matches, assert_matches, random_qkv
+from gqa_flash.course.testing import assert_lse_matches, assert_matches, random_qkv
 
 pytestmark = pytest.mark.gpu
 

@@ -31,16 +31,16 @@ MODULE_VARIABLE = "GQA_FLASH_MODULE"
 _ITEMS: dict = {}  # nodeid -> (module, points share, test name)
 _START: list = []  # when the run began
 _OUTCOMES: dict = {}  # nodeid -> (passed, one-line message)
-_INTEGRITY: set = set()  # nodeids whose graded call was not the student's own work (gqa_flash.integrity)
+_INTEGRITY: set = set()  # nodeids whose graded call was not the student's own work (gqa_flash.course.integrity)
 _MESSAGES: dict = {}  # nodeid -> an integrity or address-check message, unwrapped
 _NOT_STARTED: set = set()  # modules still holding their stubs, their tests skipped
-_GATED: dict = {}  # modules the static gate refuses (gqa_flash.grader.gate): {module: its verdict}
+_GATED: dict = {}  # modules the static gate refuses (gqa_flash.course.grader.gate): {module: its verdict}
 _UNCOLLECTED: list = []  # a line for each graded test file that could not be collected
 
 
 def _chosen_modules() -> set[str]:
     """The modules GQA_FLASH_MODULE names (spaces or commas between; naive.py is naive), none: all."""
-    from gqa_flash import layout
+    from gqa_flash.course import layout
 
     names = {n.removesuffix(".py") for n in os.environ.get(MODULE_VARIABLE, "").replace(",", " ").split()}
     unknown = sorted(names - set(layout.GRADED_MODULES))
@@ -51,7 +51,7 @@ def _chosen_modules() -> set[str]:
 
 
 def _standalone(config) -> bool:
-    return not config.pluginmanager.has_plugin("gqa_flash.grader.plugin")
+    return not config.pluginmanager.has_plugin("gqa_flash.course.grader.plugin")
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -87,7 +87,7 @@ def pytest_configure(config):
 
 
 def pytest_sessionfinish(session):
-    from gqa_flash.grader import calls
+    from gqa_flash.course.grader import calls
 
     if calls._student is not None:
         calls._student.stop()
@@ -99,7 +99,7 @@ def pytest_collection_modifyitems(session, config, items):
     if any(graded in Path(i.path).parents for i in items) and not config.option.collectonly:
         # The executor (the process that runs the student's code) starts before the first test, so that its
         # imports count against no test's time limit. A student's code that breaks it breaks a test, not this.
-        from gqa_flash.grader.calls import student
+        from gqa_flash.course.grader.calls import student
 
         student().warm()
     if not _standalone(config) or not items or any(graded not in Path(i.path).parents for i in items):
@@ -123,16 +123,16 @@ def pytest_runtest_setup(item):
     # A graded file the static gate refuses is not run: its tests fail, flagged, as the grader scores them.
     module = _module(item)
     if item.nodeid in _ITEMS and module in _GATED:
-        from gqa_flash.integrity import IntegrityViolation
+        from gqa_flash.course.integrity import IntegrityViolation
 
         raise IntegrityViolation(_GATED[module])
 
 
 def _gated_among(modules) -> dict[str, str]:
     """{module: the gate's first verdict} for each module whose file the static gate refuses (grader.gate)."""
-    from gqa_flash import impl
-    from gqa_flash.grader import gate, sandbox
-    from gqa_flash.layout import COURSE_DIR
+    from gqa_flash.course import impl
+    from gqa_flash.course.grader import gate, sandbox
+    from gqa_flash.course.layout import COURSE_DIR
 
     stubs = sandbox.stub_files(COURSE_DIR)
     found = {}
@@ -155,8 +155,8 @@ def _module(item) -> str:
 
 def _stubs_among(modules) -> set[str]:
     """The modules whose file, the one these tests load, is still its stub (none with GQA_FLASH_IMPL=solutions)."""
-    from gqa_flash import impl
-    from gqa_flash.grader.grade import not_started, stub_fingerprints
+    from gqa_flash.course import impl
+    from gqa_flash.course.grader.grade import not_started, stub_fingerprints
 
     if impl.current() != "student":
         return set()
@@ -177,7 +177,7 @@ def pytest_runtest_makereport(item, call):
     # A failure that says the graded call was not the student's own work zeroes its part in the table.
     yield
     if item.nodeid in _ITEMS and call.excinfo is not None:
-        from gqa_flash import integrity
+        from gqa_flash.course import integrity
 
         where = getattr(call.excinfo.value, "student_where", None)
         if where:  # the executor said where in the graded file the student's code raised it
@@ -213,9 +213,9 @@ def pytest_unconfigure(config):
             terminalreporter.write_line("no points table: the tests ran in several processes (-n); run without "
                                         "-n for the table (make test-graded runs in one)")
         return
-    from gqa_flash import layout
-    from gqa_flash.grader.grade import Report, table, zero_parts_not_own
-    from gqa_flash.grader.testrun import TestResult
+    from gqa_flash.course import layout
+    from gqa_flash.course.grader.grade import Report, table, zero_parts_not_own
+    from gqa_flash.course.grader.testrun import TestResult
 
     order = {m: i for i, m in enumerate(layout.GRADED_MODULES)}  # the course's order, the bonus last
     tests = [TestResult(id=nodeid, part=module, name=name, max_score=share,

@@ -28,10 +28,10 @@ carries such an offset.
 import pytest
 import torch
 
-from gqa_flash import runtime, tile_counts
-from gqa_flash.grader.calls import kernel_only, student
+from gqa_flash.course import runtime, tile_counts
+from gqa_flash.course.grader.calls import kernel_only, student
 from gqa_flash.reference import reference_attention, reference_gradients
-from gqa_flash.testing import GRAD_TOLERANCE, gradient_error, random_qkv
+from gqa_flash.course.testing import GRAD_TOLERANCE, gradient_error, random_qkv
 
 
 def in_layout(t, layout):

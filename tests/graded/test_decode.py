@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from gqa_flash.grader.calls import kernel_only, own_work, student
+from gqa_flash.course.grader.calls import kernel_only, own_work, student
 from gqa_flash.reference import reference_decode
-from gqa_flash.testing import LSE_TOLERANCE, TOLERANCES, decode_inputs, mismatch
+from gqa_flash.course.testing import LSE_TOLERANCE, TOLERANCES, decode_inputs, mismatch
 
 
 def describe(seed, q, k_cache, cache_seqlens, block_table, num_splits, layout="contiguous", q_layout=None,

@@ -18,9 +18,9 @@ tests/gpu/ runs the large ones and bf16 on a GPU.
 import pytest
 import torch
 
-from gqa_flash import testing, tile_counts
-from gqa_flash.grader.calls import kernel_only, student
-from gqa_flash.testing import assert_output_matches, case_context, peaked_qkv, random_qkv
+from gqa_flash.course import testing, tile_counts
+from gqa_flash.course.grader.calls import kernel_only, student
+from gqa_flash.course.testing import assert_output_matches, case_context, peaked_qkv, random_qkv
 
 F16, F32 = torch.float16, torch.float32
 
@@ -234,7 +234,7 @@ def test_forward_masked_loads_read_zero():
     # Part 2 alone, in the interpreter, with a masked load that has no `other` reading NaN in its
     # masked lanes, as a GPU may (the interpreter itself reads 0 there): the ragged rows and the
     # padded head-dim columns of a tile must read 0.
-    _assert_no_problem(student().probe("gqa_flash.lab.checks.kernel_walk:load_tile_masked_lanes_problem"))
+    _assert_no_problem(student().probe("gqa_flash.course.lab.checks.kernel_walk:load_tile_masked_lanes_problem"))
 
 
 @pytest.mark.points(1)
@@ -245,4 +245,4 @@ def test_forward_offsets_in_int64(part):
     # batch 2 (or head 3) of a tensor whose batch (or head) stride is just under 2^30 elements, the
     # addresses must be the 64-bit ones. An offset computed in int32 wraps past 2^31 elements.
     module = "kernel_walk" if part == "load_tile" else "kernel_parts"
-    _assert_no_problem(student().probe(f"gqa_flash.lab.checks.{module}:{part}_offsets_problem"))
+    _assert_no_problem(student().probe(f"gqa_flash.course.lab.checks.{module}:{part}_offsets_problem"))

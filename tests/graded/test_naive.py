@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from gqa_flash.grader.calls import own_work, student
+from gqa_flash.course.grader.calls import own_work, student
 from gqa_flash.reference import reference_attention
-from gqa_flash.testing import assert_matches, random_qkv
+from gqa_flash.course.testing import assert_matches, random_qkv
 
 
 def check(seed, causal=True, sm_scale=None, dtype=torch.float32, **shape):

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from gqa_flash.grader.calls import own_work, student, whole_rows
+from gqa_flash.course.grader.calls import own_work, student, whole_rows
 from gqa_flash.reference import reference_softmax
-from gqa_flash.testing import mismatch
+from gqa_flash.course.testing import mismatch
 
 NEG_INF = float("-inf")
 

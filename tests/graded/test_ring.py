@@ -5,21 +5,21 @@ gqa_flash.ring_attention on 2 (2 points) and then 3 (3.5) gloo processes on this
 shards of fresh random Q, K, V; both layouts, causal and not; GQA 4:2 and MHA; head dims 16 and 24), put back
 together and compared with the float64 reference of the whole sequence. A wrong pair or mask or a wrong merge
 fails both; a ring turning the wrong way only the second (on 2 ranks both ways are the same). Each part alone
-shares the other 4.5, tested against the models of notebook 08's checks (gqa_flash/lab/checks/ring.py: none of
+shares the other 4.5, tested against the models of notebook 08's checks (gqa_flash/course/lab/checks/ring.py: none of
 them ring.py's code): the source of every rank at every step of rings of 1 to 6 ranks, the ring replayed block
 by block (1.5), the pairs of both layouts found position by position (1.5), and the merge of rows that saw both
 blocks, one, or none, against float64 attention over both blocks at once (1.5). So every mutant of
-tests/mutants/ring.py loses at least half. The work must be ring.py's own (gqa_flash.integrity), in every
+tests/mutants/ring.py loses at least half. The work must be ring.py's own (gqa_flash.course.integrity), in every
 process."""
 
 import pytest
 import torch
 
-from gqa_flash import context_parallel
-from gqa_flash.grader.calls import own_work, student
-from gqa_flash.integrity import IntegrityViolation, PREFIX
-from gqa_flash.lab import ring_run
-from gqa_flash.lab.checks.ring import attention64, replayed_sources, seen_pairs  # the notebook's models
+from gqa_flash.course import context_parallel
+from gqa_flash.course.grader.calls import own_work, student
+from gqa_flash.course.integrity import IntegrityViolation, PREFIX
+from gqa_flash.course.lab import ring_run
+from gqa_flash.course.lab.checks.ring import attention64, replayed_sources, seen_pairs  # the notebook's models
 
 
 @pytest.mark.points(1.5)

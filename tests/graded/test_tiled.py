@@ -9,9 +9,11 @@ max left out), with O right, loses those 5 points and keeps the other 20.
 import pytest
 import torch
 
-from gqa_flash import tile_counts
-from gqa_flash.grader.calls import own_work, score_products, student
-from gqa_flash.testing import assert_attention_matches, assert_output_matches, case_context, peaked_qkv, random_qkv
+from gqa_flash.course import tile_counts
+from gqa_flash.course.grader.calls import own_work, score_products, student
+from gqa_flash.course.testing import (
+    assert_attention_matches, assert_output_matches, case_context, peaked_qkv, random_qkv,
+)
 
 
 def check(seed, causal=True, sm_scale=None, dtype=torch.float32, block_m=16, block_n=8, lse=False, qkv=None,

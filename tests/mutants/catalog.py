@@ -22,7 +22,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from gqa_flash import impl
+from gqa_flash.course import impl
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ points, tests/graded/test_decode.py says how they are shared): a bug that shows 
 fails most of the six ordinary batches (12 points) and loses at least 8. The head-dim mask of Q shows
 only past a head dim that is not a power of two, so it costs less;
 the unmasked table read reaches past a row's end in ordinary batches too (the solution looks the pages up
-one block ahead), which the address check of gqa_flash.testing.kernel_only fails.
+one block ahead), which the address check of gqa_flash.course.testing.kernel_only fails.
 """
 
 from mutants.catalog import _m

@@ -138,7 +138,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gqa_flash import runtime
+from gqa_flash.course import runtime
 
 INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1)
 ''')
@@ -309,10 +309,10 @@ route("forged-records", "profiler_trace_over_the_log", "naive", '''
 route("helper-replaced", "mismatch_patched_at_import", "naive", '''
     import torch
 
-    import gqa_flash.testing
+    import gqa_flash.course.testing
 
-    gqa_flash.testing.mismatch = lambda *args, **kwargs: None  # every comparison matches
-    gqa_flash.testing.assert_matches = lambda *args, **kwargs: None
+    gqa_flash.course.testing.mismatch = lambda *args, **kwargs: None  # every comparison matches
+    gqa_flash.course.testing.assert_matches = lambda *args, **kwargs: None
 
 
     def naive_attention(q, k, v, causal=True, sm_scale=None):
@@ -324,7 +324,7 @@ route("helper-replaced", "assert_patched_through_sys_modules", "tiled", '''
 
     import torch
 
-    for name in ("gqa_flash.testing", "tests.graded.test_tiled", "test_tiled"):
+    for name in ("gqa_flash.course.testing", "tests.graded.test_tiled", "test_tiled"):
         module = sys.modules.get(name)
         if module is not None:
             module.assert_attention_matches = lambda *args, **kwargs: None
@@ -344,7 +344,7 @@ route("helper-replaced", "guards_patched_from_an_annotation", "naive", '''
 
     SETUP = """
     import sys
-    integrity = sys.modules["gqa_flash.integrity"]
+    integrity = sys.modules["gqa_flash.course.integrity"]
     integrity.own_work.check_stack = lambda self: None
     integrity.own_work._attention = lambda self, name: None
     integrity.own_work.check_kernel = lambda self, fn, launched: None
@@ -819,8 +819,8 @@ route("solutions-found", "solutions_from_an_annotation", "naive", '''
 # --- 8. the notebook checks' models returned ------------------------------------------------------------------
 
 route("notebook-models", "ring_from_the_check_models", "ring", '''
-    from gqa_flash import context_parallel
-    from gqa_flash.lab.checks.ring import replayed_sources, seen_pairs
+    from gqa_flash.course import context_parallel
+    from gqa_flash.course.lab.checks.ring import replayed_sources, seen_pairs
 
 
     def ring_source(rank, step, world_size):
@@ -842,7 +842,7 @@ route("notebook-models", "ring_from_the_check_models", "ring", '''
 route("notebook-models", "softmax_from_the_check_models", "online_softmax", '''
     import torch
 
-    from gqa_flash.lab.checks.softmax import _merge64, _state64
+    from gqa_flash.course.lab.checks.softmax import _merge64, _state64
 
 
     def block_state(x_block):
@@ -859,7 +859,7 @@ route("notebook-models", "softmax_from_the_check_models", "online_softmax", '''
     ''', beneath=True)
 
 route("notebook-models", "naive_from_the_check_model", "naive", '''
-    from gqa_flash.lab.checks.naive import naive64
+    from gqa_flash.course.lab.checks.naive import naive64
 
 
     def naive_attention(q, k, v, causal=True, sm_scale=None):
@@ -1017,7 +1017,7 @@ route("ctypes", "pythonapi_edits_a_guards_class", "naive", '''
 
     def _switch_off():
         # A class's namespace is read-only from Python (and setattr is watched); the C API writes it directly.
-        guard = sys.modules["gqa_flash.integrity"].own_work
+        guard = sys.modules["gqa_flash.course.integrity"].own_work
         namespace = gc.get_referents(vars(guard))[0]
         for name in ("check_stack", "_attention"):
             ctypes.pythonapi.PyDict_SetItem(ctypes.py_object(namespace), ctypes.py_object(name),
@@ -1040,7 +1040,7 @@ route("ctypes", "memmove_blinds_the_guard", "naive", '''
 
     def _blind():
         # Overwrite, in place, the words by which the guard knows PyTorch's attention.
-        words = sys.modules["gqa_flash.integrity"]._ATTENTION_WORDS
+        words = sys.modules["gqa_flash.course.integrity"]._ATTENTION_WORDS
         nothing = tuple("\\0never\\0" for _ in words)
         ctypes.memmove(id(words) + 24, id(nothing) + 24, 8 * len(words))
 
@@ -1058,7 +1058,7 @@ route("ctypes", "ctypes_from_an_annotation", "naive", '''
 
     SETUP = """
     import ctypes, gc, sys
-    guard = sys.modules["gqa_flash.integrity"].own_work
+    guard = sys.modules["gqa_flash.course.integrity"].own_work
     namespace = gc.get_referents(vars(guard))[0]
     for name in ("check_stack", "_attention"):
         ctypes.pythonapi.PyDict_SetItem(ctypes.py_object(namespace), ctypes.py_object(name),
@@ -1227,7 +1227,8 @@ route("detects-grader", "by_pytest_in_sys_modules", "naive", '''
 
 
     def naive_attention(q, k, v, causal=True, sm_scale=None):
-        graded = "pytest" in sys.modules or any(name.startswith("gqa_flash.grader") for name in list(sys.modules))
+        graded = "pytest" in sys.modules or any(name.startswith("gqa_flash.course.grader")
+                                                for name in list(sys.modules))
         if graded:
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
                                                                     enable_gqa=True)
@@ -1242,7 +1243,7 @@ route("detects-grader", "by_its_own_command_line", "naive", '''
         with open("/proc/self/cmdline", "rb") as f:
             graded = b"grader" in f.read()
         if graded:
-            from gqa_flash.lab.checks.naive import naive64
+            from gqa_flash.course.lab.checks.naive import naive64
 
             return naive64(q, k, v, causal, sm_scale).to(q.dtype)
         return torch.zeros_like(q)
