@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from gqa_flash.course import impl, layout
-from gqa_flash.course.grader import grade, plugin, submission, testrun
+from gqa_flash.course.grader import cli, plugin, submission, testrun
 from gqa_flash.course.grader.testrun import TestResult as Result
 
 NAIVE = (impl.SOLUTIONS_DIR / "naive.py").read_bytes()
@@ -61,7 +61,7 @@ def the_kinds(root: Path) -> dict[str, Path]:
 def test_a_batch_of_every_kind_is_graded_right_with_one_readable_note_each(tmp_path, capsys):
     kinds = the_kinds(tmp_path / "in")
     out, book = tmp_path / "results", tmp_path / "grades.csv"
-    assert grade.main([*map(str, kinds.values()), "--only", "naive", "--csv", str(book), "--out", f"{out}/",
+    assert cli.main([*map(str, kinds.values()), "--only", "naive", "--csv", str(book), "--out", f"{out}/",
                        "--jobs", "2", "--test-timeout-cap", "60", "--workdir", str(tmp_path)]) == 0
     printed = capsys.readouterr()
     canvas = kinds["canvas"]
@@ -140,17 +140,17 @@ def test_one_student_of_a_download_is_regraded_by_name(tmp_path, monkeypatch, ca
                                                 "smithann_23456_789012_naive.py": b"# smith\n"})
     book = tmp_path / "grades.csv"
     args = ["--only", "naive", "--csv", str(book), "--out", f"{tmp_path / 'results'}/"]
-    assert grade.main([str(canvas), *args]) == 0 and len(calls) == 2  # alone, a download is a batch
-    assert grade.main([str(canvas), *args, "--regrade", "garciajose"]) == 0 and calls[2:] == [b"# garcia\n"]
+    assert cli.main([str(canvas), *args]) == 0 and len(calls) == 2  # alone, a download is a batch
+    assert cli.main([str(canvas), *args, "--regrade", "garciajose"]) == 0 and calls[2:] == [b"# garcia\n"]
     # With no submission given, the CSV's: its DOWNLOAD#STUDENT names are split from the download again.
-    assert grade.main([*args, "--regrade", "canvas.zip#smithann"]) == 0 and calls[3:] == [b"# smith\n"]
+    assert cli.main([*args, "--regrade", "canvas.zip#smithann"]) == 0 and calls[3:] == [b"# smith\n"]
     assert [(r["submission"], r["path"]) for r in csv.DictReader(book.open(encoding="utf-8"))] == [
         ("canvas.zip#garciajose", f"{canvas}#garciajose"), ("canvas.zip#smithann", f"{canvas}#smithann")]
     assert "graded 2 submissions (1 now, 1 in an earlier run);" in capsys.readouterr().out
     # One student's platform-named files stay one submission.
     one = make_zip(tmp_path / "one.zip", {"garciajose_12345_678901_naive.py": b"# garcia\n",
                                           "garciajose_12345_678901_tiled.py": b"# garcia\n"})
-    assert grade.main([str(one), "--only", "naive"]) == 0 and "a Canvas download" not in capsys.readouterr().err
+    assert cli.main([str(one), "--only", "naive"]) == 0 and "a Canvas download" not in capsys.readouterr().err
 
 
 def test_moodle_folders_are_named_after_their_students(tmp_path, monkeypatch, capsys):
@@ -166,10 +166,10 @@ def test_moodle_folders_are_named_after_their_students(tmp_path, monkeypatch, ca
         folders.append(folder)
     book, out = tmp_path / "grades.csv", tmp_path / "results"
     args = ["--only", "naive", "--csv", str(book), "--out", f"{out}/"]
-    assert grade.main([*map(str, folders), *args]) == 0
+    assert cli.main([*map(str, folders), *args]) == 0
     rows = list(csv.DictReader(book.open(encoding="utf-8")))
     assert [(r["student"], r["user_id"], r["late"], r["submission"], r["path"]) for r in rows] == [
         ("José García", "12345", "", "José García_12345_assignsubmission_file_", str(folders[0])),
         ("Zoë Müller", "23456", "", "Zoë Müller_23456_assignsubmission_file_", str(folders[1]))]
     assert sorted(p.name for p in out.iterdir()) == ["José García.json", "Zoë Müller.json"]
-    assert grade.main([*args, "--regrade", "Zoë Müller"]) == 0 and calls[2:] == ["# Zoë Müller\n".encode()]
+    assert cli.main([*args, "--regrade", "Zoë Müller"]) == 0 and calls[2:] == ["# Zoë Müller\n".encode()]

@@ -8,7 +8,7 @@ The test runs are faked (only what the grader prints is checked) and the clock t
 import io
 import zipfile
 
-from gqa_flash.course.grader import grade, plugin, progress, submission, testrun
+from gqa_flash.course.grader import cli, plugin, progress, report, submission, testrun
 from gqa_flash.course.grader.testrun import TestResult as Result
 from gqa_flash.course.testing import folder
 
@@ -53,9 +53,9 @@ def test_each_line_says_how_far_the_batch_is_and_how_long_it_has_left():
     assert progress.about(20) == "under a minute" and progress.about(95 * 60) == "about 1 h 35 min"
 
 
-def graded(notes=(), platform=None, score=True) -> grade.Report:
+def graded(notes=(), platform=None, score=True) -> report.Report:
     tests = [Result(id="tests/graded/test_naive.py::t", part="naive", name="t", max_score=20, passed=score)]
-    return grade.Report("alice.zip", tests=tests, notes=list(notes), files=["naive.py"], platform=platform)
+    return report.Report("alice.zip", tests=tests, notes=list(notes), files=["naive.py"], platform=platform)
 
 
 def test_the_routine_notes_are_left_off_a_submissions_line():
@@ -111,7 +111,7 @@ def test_a_batch_says_it_started_before_any_submission_is_graded(tmp_path, monke
             folder(tmp_path, "alice", {"naive.py": "# no\n", **required})]
     with zipfile.ZipFile(tmp_path / "empty.zip", "w"):
         pass
-    assert grade.main([*map(str, subs), str(tmp_path / "empty.zip"), "--jobs", "1"]) == 0
+    assert cli.main([*map(str, subs), str(tmp_path / "empty.zip"), "--jobs", "1"]) == 0
     printed = capsys.readouterr()
     err = printed.err.splitlines()
     assert err[0] == "grading 3 submissions: a line as each starts and as each is graded", err

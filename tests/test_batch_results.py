@@ -23,7 +23,7 @@ import pytest
 
 from gqa_flash.course import impl, layout
 from gqa_flash.course.testing import folder
-from gqa_flash.course.grader import grade, gradescope, isolation, plugin, report, submission, testrun
+from gqa_flash.course.grader import cli, grade, gradescope, isolation, plugin, report, submission, testrun
 from gqa_flash.course.grader.testrun import TestResult as Result
 
 RIGHT = "# right\n"  # a naive.py the fake test run passes
@@ -83,7 +83,7 @@ def test_a_batch_records_each_submission_sorts_its_rows_and_ends_with_a_summary(
     out, book = tmp_path / "results", tmp_path / "grades.csv"
     args = [*map(str, subs), "--only", "naive", "--csv", str(book), "--out", f"{out}/", "--jobs", "2",
             "--test-timeout-cap", "30", "--workdir", str(tmp_path)]
-    assert grade.main(args) == 0
+    assert cli.main(args) == 0
     printed = capsys.readouterr()
     # The summary on stdout, a line per submission on stderr.
     # The mean is of the required points, over the one submission with something to grade.
@@ -117,25 +117,25 @@ def test_regrade_replaces_a_row(tmp_path, monkeypatch, capsys):
     subs = [folder(tmp_path, "bob", {"naive.py": RIGHT}), folder(tmp_path, "alice", {"naive.py": "# wrong\n"})]
     book, out = tmp_path / "grades.csv", tmp_path / "results"
     args = ["--only", "naive", "--csv", str(book), "--out", f"{out}/"]
-    assert grade.main([*map(str, subs), *args]) == 0
+    assert cli.main([*map(str, subs), *args]) == 0
     assert [(r["submission"], r["score"]) for r in rows(book)] == [("alice", "0"), ("bob", "20")]
     # Run again: nothing to do. Fix alice's file, regrade her by name: her row (and results file) is replaced.
-    assert grade.main([*map(str, subs), *args]) == 0 and len(calls) == 2
+    assert cli.main([*map(str, subs), *args]) == 0 and len(calls) == 2
     (subs[1] / "naive.py").write_text(RIGHT)
-    assert grade.main([*map(str, subs), *args, "--regrade", "alice"]) == 0 and len(calls) == 3
+    assert cli.main([*map(str, subs), *args, "--regrade", "alice"]) == 0 and len(calls) == 3
     assert [(r["submission"], r["score"]) for r in rows(book)] == [("alice", "20"), ("bob", "20")]
     assert json.loads((out / "alice.json").read_text())["score"] == 20
     # With no submission given, the batch is the CSV's; a name is the CSV's submission column too.
     capsys.readouterr()
-    assert grade.main([*args, "--regrade", str(subs[0])]) == 0 and calls[-1] == RIGHT.encode() and len(calls) == 4
+    assert cli.main([*args, "--regrade", str(subs[0])]) == 0 and calls[-1] == RIGHT.encode() and len(calls) == 4
     assert capsys.readouterr().out.splitlines()[:2] == [
         "graded 2 submissions (1 now, 1 in an earlier run); 0 need a second look; 2 ran NOT ISOLATED (the CSV's "
         f"isolation column): {isolation.describe('none')}",
         "mean 20 of the 20 points of the modules run over the 2 submissions with something to grade"]
     assert len(rows(book)) == 2
-    assert grade.main([*args, "--regrade", "carol"]) == 2
+    assert cli.main([*args, "--regrade", "carol"]) == 2
     assert "--regrade carol: no such submission" in capsys.readouterr().err
-    assert grade.main([str(subs[0]), "--regrade", "bob"]) == 2  # a row to replace needs its CSV
+    assert cli.main([str(subs[0]), "--regrade", "bob"]) == 2  # a row to replace needs its CSV
 
 
 def test_a_submission_with_nothing_to_grade_runs_no_test(tmp_path, monkeypatch, stops_when_empty):
@@ -147,11 +147,11 @@ def test_a_submission_with_nothing_to_grade_runs_no_test(tmp_path, monkeypatch, 
         pass
     result = grade.grade(tmp_path / "empty.zip", workdir=tmp_path)
     assert result.stop and result.notes == [result.stop] and result.error is None
-    assert result.score == 0 and result.max_score == grade.COURSE_POINTS
+    assert result.score == 0 and result.max_score == report.COURSE_POINTS
     assert {part: result.part_score(part) for part in layout.GRADED_MODULES} == {
         "naive": (0, 20), "online_softmax": (0, 15), "tiled": (0, 25), "forward": (0, 40),
         "backward": (0, 20), "decode": (0, 15), "ring": (0, 10)}
-    text = grade.table(result)
+    text = report.table(result)
     assert text.count("not graded (see the note)") == len(layout.GRADED_MODULES) and result.stop in text
     book = report.GradeBook(tmp_path / "grades.csv", list(layout.GRADED_MODULES), hidden=False)
     book.add(result)
@@ -161,7 +161,7 @@ def test_a_submission_with_nothing_to_grade_runs_no_test(tmp_path, monkeypatch, 
 def test_review_marks_the_rows_that_need_a_second_look(tmp_path):
     def graded(notes=(), files=("naive.py",), passed=True, integrity=()):
         tests = [Result(id="t", part="naive", name="t", max_score=20, passed=passed)]
-        return grade.Report("x", tests=tests, notes=list(notes), files=list(files), integrity=list(integrity))
+        return report.Report("x", tests=tests, notes=list(notes), files=list(files), integrity=list(integrity))
 
     assert report.review(graded()) == ""
     assert report.review(graded(passed=False)) == ""  # a wrong answer is a grade, not a question
@@ -172,7 +172,7 @@ def test_review_marks_the_rows_that_need_a_second_look(tmp_path):
                                 files=(), passed=False)) == "no naive.py found; a file ignored for its name"
     assert report.review(graded(integrity=["naive.py scores 0: ..."])) == "integrity: 1 part scored 0"
     assert report.review(graded(integrity=["review: naive.py names reference"])) == "integrity: code worth a look"
-    failed = grade.Report("x", error="the grader failed")
+    failed = report.Report("x", error="the grader failed")
     assert report.review(failed) == "not graded: the grader failed"
 
 
@@ -208,7 +208,7 @@ def collected(tmp_path_factory):
 def test_every_total_is_exact(collected):
     tests = [Result(id=t["id"], part=t["part"], name=t["name"], max_score=t["max_score"], passed=True,
                         bonus=t["part"] in layout.BONUS_MODULES) for t in collected]
-    full = grade.Report("full marks", tests=tests)
+    full = report.Report("full marks", tests=tests)
     results = json.loads(json.dumps(gradescope.results_json(full)), parse_float=Decimal)
     assert sum(t["max_score"] for t in results["tests"]) == 145 and results["score"] == 145
     assert all(t["max_score"] == round(t["max_score"], 2) for t in results["tests"])  # whole hundredths
@@ -216,14 +216,14 @@ def test_every_total_is_exact(collected):
                          "decode": 15, "ring": 10}.items():
         assert sum(t["max_score"] for t in results["tests"] if t["name"].startswith(f"{part}.py")) == points, part
     assert full.max_score == 100 and full.score == 145
-    assert grade.table(full).splitlines()[-1].split() == "total 145 / 100 (with 45 bonus)".split()
+    assert report.table(full).splitlines()[-1].split() == "total 145 / 100 (with 45 bonus)".split()
 
 
 def test_the_csv_totals_are_exact(collected, tmp_path):
     tests = [Result(id=t["id"], part=t["part"], name=t["name"], max_score=t["max_score"], passed=True,
                         bonus=t["part"] in layout.BONUS_MODULES) for t in collected]
     book = report.GradeBook(tmp_path / "grades.csv", list(layout.GRADED_MODULES), hidden=False)
-    book.add(grade.Report("full marks", tests=tests))
+    book.add(report.Report("full marks", tests=tests))
     row = book.rows()[0]
     assert (row["score"], row["max_score"]) == ("145", "100")
     assert [row[m] for m in layout.GRADED_MODULES] == ["20", "15", "25", "40", "20", "15", "10"]
@@ -253,7 +253,7 @@ def test_the_csv_says_why_each_part_lost_points():
              + results("forward", [True] + [NAN_CUT] * 6 + ["ValueError: head_dim 80"], 40)
              + results("backward", [report.NOT_STARTED] * 2, 20, not_started=True, bonus=True)
              + results("decode", [True, "AssertionError: LSE wrong"], 15, bonus=True))
-    graded = grade.Report("alice.zip", tests=tests, files=["naive.py", "tiled.py", "forward.py", "decode.py"])
+    graded = report.Report("alice.zip", tests=tests, files=["naive.py", "tiled.py", "forward.py", "decode.py"])
     assert report.lost(graded).split(" | ") == [
         "naive.py 0/20: timed out after 60 s: an endless loop, or far too slow (2 of 5 tests; the other 3 not run)",
         "online_softmax.py 0/15: not handed in",
@@ -264,14 +264,14 @@ def test_the_csv_says_why_each_part_lost_points():
         "decode.py (bonus) 7.5/15: LSE wrong (1 of 2 tests)"]  # backward: a bonus not started
     book = report.GradeBook(Path("/nonexistent/never-written.csv"), [], hidden=False)
     assert book.row(graded)["lost"] == report.lost(graded)
-    zeroed = grade.Report("x", tests=results("naive", [True, "0 points: naive.py did not do its own work"], 20,
+    zeroed = report.Report("x", tests=results("naive", [True, "0 points: naive.py did not do its own work"], 20,
                                              integrity=True), files=["naive.py"])
     assert report.lost(zeroed) == "naive.py 10/20: scored 0: not the student's own work (the integrity column)"
-    assert report.lost(grade.Report("x", tests=results("naive", [True], 20))) == ""
+    assert report.lost(report.Report("x", tests=results("naive", [True], 20))) == ""
     # The same NaN output at other shapes is one failure, not "1 of 8 tests; 5 more failed otherwise"
     nan = [f"AssertionError: O: first wrong at batch 0, head 0, row 0, col 0: got nan, expected 0.{i}1 "
            f"({64 * i} of {64 * i} entries wrong)" for i in range(1, 7)]
-    shapes = grade.Report("x", tests=results("forward", [True, True] + nan, 40), files=["forward.py"])
+    shapes = report.Report("x", tests=results("forward", [True, True] + nan, 40), files=["forward.py"])
     assert report.lost(shapes).endswith("(6 of 8 tests)"), report.lost(shapes)
     assert "expected 0.11 (64 of 64 entries wrong)" in report.lost(shapes)
 
@@ -284,7 +284,7 @@ def test_text_is_cut_at_a_sentence_or_a_word_with_an_ellipsis():
     for n in range(5, 120):
         assert len(report.clip(NAN_CUT, n)) <= n
     # The review column: a stop note cut at a word, not mid-word.
-    stopped = grade.Report("nb.zip", stop="01_naive_attention.ipynb is a notebook: notebooks are not graded; hand in "
+    stopped = report.Report("nb.zip", stop="01_naive_attention.ipynb is a notebook: notebooks are not graded; hand in "
                                           "gqa_flash/naive.py (your graded file), e.g. with make submission")
     assert report.review(stopped) == ("nothing graded: 01_naive_attention.ipynb is a notebook: notebooks are not "
                                       "graded …")
@@ -294,20 +294,20 @@ def test_text_is_cut_at_a_sentence_or_a_word_with_an_ellipsis():
     message, _ = plugin.describe(SimpleNamespace(value=long, traceback=[]), set())
     assert message.startswith("ValueError: every entry is NaN") and message.endswith("…"), message
     assert "divid" not in message.split("?")[-1] and len(message) <= plugin.MESSAGE_CHARS + len("ValueError: ")
-    graded = grade.Report("a.zip", tests=results("forward", [True, NAN_CUT], 40), files=["forward.py"])
-    assert "was anything written? … (forward.py, line 40)" in grade.table(graded)
+    graded = report.Report("a.zip", tests=results("forward", [True, NAN_CUT], 40), files=["forward.py"])
+    assert "was anything written? … (forward.py, line 40)" in report.table(graded)
 
 
 def test_the_csvs_columns_go_straight_into_a_gradebook(tmp_path):
     student = submission.Student("smithann", "23456", True, "Canvas")
-    graded = grade.Report("canvas.zip#smithann", tests=results("naive", [True], 20) + results("decode", [True], 15,
+    graded = report.Report("canvas.zip#smithann", tests=results("naive", [True], 20) + results("decode", [True], 15,
                                                                                                bonus=True),
                           files=["naive.py", "decode.py"], student=student, path="in/canvas.zip#smithann",
                           notes=["graded smithann_LATE_23456_789012_naive.py as naive.py (a Canvas download name)"],
                           platform="Canvas")
     book = report.GradeBook(tmp_path / "grades.csv", ["naive", "decode"], hidden=False)
     book.add(graded, "results/smithann.json")
-    book.add(grade.Report("alice", tests=results("naive", [True], 20), files=["naive.py"], path="in/alice",
+    book.add(report.Report("alice", tests=results("naive", [True], 20), files=["naive.py"], path="in/alice",
                           student=submission.Student("alice")))
     assert [(r["student"], r["user_id"], r["late"], r["submission"], r["score"], r["max_score"], r["bonus"],
              r["path"]) for r in rows(tmp_path / "grades.csv")] == [
@@ -315,7 +315,7 @@ def test_the_csvs_columns_go_straight_into_a_gradebook(tmp_path):
         ("smithann", "23456", "yes", "canvas.zip#smithann", "35", "20", "15", "in/canvas.zip#smithann")]
     assert book.done == {"in/alice", "in/canvas.zip#smithann"}
     # The notes cell, cut at 1000 characters, ends at a word.
-    long = grade.Report("b", tests=results("naive", [True], 20), notes=["ignored " + "some_file.txt, " * 100])
+    long = report.Report("b", tests=results("naive", [True], 20), notes=["ignored " + "some_file.txt, " * 100])
     assert report.GradeBook(tmp_path / "b.csv", ["naive"], hidden=False).row(long)["notes"].endswith("some_file.txt…")
     # A CSV of another layout is refused, by name.
     old = tmp_path / "old.csv"
@@ -351,11 +351,11 @@ def test_one_wrong_o_at_many_cases_is_one_failure_in_the_csv_and_the_table():
              f"{'-' * (i % 2)}0.{i}4, expected {'-' * (i % 3 == 0)}0.25 ({100 + i} of 11136 entries wrong, max "
              f"|error| 2.0{i}); seed {1000 + i}, shape {shape} KV heads, {case}"
              for i, (case, shape) in enumerate(cases)]
-    graded = grade.Report("bob.zip", tests=results("forward", [True] * 5 + wrong, 40), files=["forward.py"])
+    graded = report.Report("bob.zip", tests=results("forward", [True] * 5 + wrong, 40), files=["forward.py"])
     lost = report.lost(graded)
     assert re.match(r"forward\.py [\d.]+/40: O: first wrong at batch 0", lost), lost
     assert lost.endswith("(21 of 26 tests)"), lost
-    failures = [line for line in grade.table(graded).splitlines() if line.startswith("      ")]
+    failures = [line for line in report.table(graded).splitlines() if line.startswith("      ")]
     assert len(failures) == 1 and failures[0].startswith("      test_forward[5] and 20 more: AssertionError: O:")
 
 
@@ -367,7 +367,7 @@ def test_a_csv_of_other_modules_stops_one_submission_before_it_is_graded(tmp_pat
     monkeypatch.setattr(grade, "grade", lambda *a, **k: pytest.fail("graded before the CSV was checked"))
     sub = folder(tmp_path, "zoe", {"naive.py": "x = 1\n"})
     with pytest.raises(SystemExit) as stop:
-        grade.main([str(sub), "--only", "naive", "--csv", str(book)])
+        cli.main([str(sub), "--only", "naive", "--csv", str(book)])
     assert str(stop.value) == (f"{book} holds the modules naive, online_softmax, tiled, forward, backward, decode, "
                                "ring, and this run grades naive: a CSV keeps one set of modules; give this run "
                                "another --csv file (or run it with the CSV's modules)")

@@ -29,6 +29,7 @@ import pytest
 
 from gqa_flash.course import layout
 from gqa_flash.course.grader import edition, grade, release, sandbox
+from gqa_flash.course.grader.report import table
 from gqa_flash.course.grader.testrun import Limits
 from gqa_flash.course.lab import results
 
@@ -319,7 +320,7 @@ def test_a_zip_without_a_graded_file_is_graded_with_its_stub_not_the_students_co
     (submitted / "online_softmax.py").write_text(stubs[Path("gqa_flash/online_softmax.py")])
     report = grade.grade(submitted, course=snapshot, only={"naive", "online_softmax"},
                          limits=Limits(submission_s=300), workdir=tmp_path)
-    assert report.part_score("naive")[0] == 0 and report.score == 0, grade.table(report)
+    assert report.part_score("naive")[0] == 0 and report.score == 0, table(report)
     assert any("missing naive.py: graded as the unmodified stub" in note for note in report.notes), report.notes
 
 

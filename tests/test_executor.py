@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from gqa_flash.course import testing
-from gqa_flash.course.grader import calls, isolation, wire
+from gqa_flash.course.grader import calls, cli, isolation, wire
+from gqa_flash.course.grader.report import table
 from gqa_flash.course.integrity import IntegrityViolation
 
 
@@ -261,13 +262,13 @@ def test_grading_without_isolation_says_so_everywhere(tmp_path, monkeypatch, cap
     monkeypatch.setenv("GQA_FLASH_ISOLATION", "none")
     subs = [folder(tmp_path, name, {"naive.py": (impl.SOLUTIONS_DIR / "naive.py").read_text()}) for name in "ab"]
     book = tmp_path / "grades.csv"
-    assert grade.main([*map(str, subs), "--only", "naive", "--csv", str(book), "--jobs", "2",
+    assert cli.main([*map(str, subs), "--only", "naive", "--csv", str(book), "--jobs", "2",
                        "--workdir", str(tmp_path)]) == 0
     assert "NOT ISOLATED" in capsys.readouterr().out  # the summary
     rows = list(csv.DictReader(book.open()))
     assert [r["isolation"] for r in rows] == ["none", "none"] and all(r["score"] == "20" for r in rows)
     report = grade.grade(subs[0], only={"naive"}, workdir=tmp_path)
-    assert "NOT ISOLATED" in grade.table(report) and "NOT ISOLATED" in report.summary()
+    assert "NOT ISOLATED" in table(report) and "NOT ISOLATED" in report.summary()
 
 
 def test_on_a_gpu_the_executor_runs_each_autotuner_on_one_config(monkeypatch):

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from gqa_flash.course import impl, layout
-from gqa_flash.course.grader import grade, gradescope, release, sandbox, submission, testrun
+from gqa_flash.course.grader import cli, grade, gradescope, release, sandbox, started, submission, testrun
+from gqa_flash.course.grader.report import Report, table
 from gqa_flash.course.grader import report as report_module
 from gqa_flash.course.grader.testrun import Limits
 from gqa_flash.course.testing import folder
@@ -222,8 +223,8 @@ def messages(report, part):
 
 def test_a_broken_module_does_not_cost_the_others(graded):
     report, _ = graded["broken_parts"]
-    assert points(report, "forward") == 40, grade.table(report)
-    assert report.score == 40, grade.table(report)
+    assert points(report, "forward") == 40, table(report)
+    assert report.score == 40, table(report)
 
 
 def test_a_hang_that_ignores_its_timeout_is_killed(graded):
@@ -231,7 +232,7 @@ def test_a_hang_that_ignores_its_timeout_is_killed(graded):
     (first, *rest) = [t for t in report.tests if t.part == "naive"]
     # The judge's own time limit ends its wait, whatever the student's code swallows, and the executor is killed.
     assert first.message.startswith(f"timed out after {CAP} s"), first.message
-    assert all("not run: naive already hung or crashed" in t.message for t in rest), grade.table(report)
+    assert all("not run: naive already hung or crashed" in t.message for t in rest), table(report)
 
 
 def test_a_syntax_error_is_reported_with_its_line(graded):
@@ -252,7 +253,7 @@ def test_an_import_of_a_missing_module_fails_that_module(graded):
 
 def test_printing_megabytes_costs_nothing(graded):
     report, _ = graded["crashes"]
-    assert points(report, "naive") == 20, grade.table(report)
+    assert points(report, "naive") == 20, table(report)
 
 
 def test_os_exit_at_import_fails_that_module_after_two_strikes(graded):
@@ -261,7 +262,7 @@ def test_os_exit_at_import_fails_that_module_after_two_strikes(graded):
     assert points(report, "online_softmax") == 0
     assert "exit code 3" in tests[0].message and "os._exit" in tests[0].message, tests[0].message
     assert "exit code 3" in tests[1].message
-    assert all("not run" in t.message for t in tests[2:]), grade.table(report)
+    assert all("not run" in t.message for t in tests[2:]), table(report)
 
 
 def test_a_segfault_costs_only_the_case_that_crashed(graded):
@@ -284,7 +285,7 @@ def test_the_submission_time_limit_stops_everything(graded):
     report, _ = graded["deadline"]
     assert report.score == 0 and len(report.tests) == 8
     timed_out = [t for t in report.tests if "used up its 12 s" in t.message or "12 s were up" in t.message]
-    assert timed_out, grade.table(report)
+    assert timed_out, table(report)
     assert report.seconds < 40
 
 
@@ -293,7 +294,7 @@ def test_the_submission_time_limit_stops_everything(graded):
 
 def test_writing_over_the_tests_earns_nothing_and_is_flagged(graded):
     report, _ = graded["cheats"]
-    assert points(report, "naive") == 0 and points(report, "tiled") == 0, grade.table(report)
+    assert points(report, "naive") == 0 and points(report, "tiled") == 0, table(report)
     assert points(report, "online_softmax") == 15
     # The executor's folder holds no tests to write over, and the audit hook refuses the write itself.
     (message,) = messages(report, "naive")
@@ -308,12 +309,12 @@ def test_the_copy_holds_no_solutions(graded):
 
 def test_the_static_gate_refuses_before_anything_runs(graded):
     report, _ = graded["gated"]
-    assert report.score == 0, grade.table(report)
+    assert report.score == 0, table(report)
     flags = " | ".join(report.integrity)
     for part, line, what in [("naive", 2, "imports time"), ("online_softmax", 1, "imports os"),
                              ("tiled", None, "imports ctypes"), ("forward", None, "")]:
         assert f"{part}.py scores 0: gate: {part}.py line {line or ''}" in flags and what in flags, flags
-    assert all(t.name == "static gate" for t in report.tests), grade.table(report)
+    assert all(t.name == "static gate" for t in report.tests), table(report)
     assert report.seconds < 20, "a refused file runs no test"
 
 
@@ -326,7 +327,7 @@ def test_a_pytorch_forward_loses_all_the_forward_points(graded):
 
 def test_a_pytorch_forward_without_matmul_loses_the_forward_points(graded):
     report, _ = graded["sneaky"]
-    assert points(report, "forward") == 0, grade.table(report)
+    assert points(report, "forward") == 0, table(report)
 
 
 def test_nothing_is_written_outside_the_copy(graded):
@@ -341,7 +342,7 @@ def test_nothing_is_written_outside_the_copy(graded):
 
 def test_a_zip_is_graded_from_its_nested_folder_and_its_slips_are_skipped(graded):
     report, src = graded["zipped"]
-    assert points(report, "naive") == 20 and points(report, "tiled") == 0, grade.table(report)
+    assert points(report, "naive") == 20 and points(report, "tiled") == 0, table(report)
     notes = "\n".join(report.notes)
     for member in ("../naive.py", "alice/../../evil.py", "/etc/forward.py"):
         assert f"skipped zip member {member!r}" in notes, notes
@@ -420,7 +421,7 @@ def test_results_json_follows_gradescopes_format(graded):
 
 def test_the_table_names_each_part_and_its_verdict(graded):
     report, _ = graded["broken_parts"]
-    text = grade.table(report)
+    text = table(report)
     n_forward = sum(1 for t in report.tests if t.part == "forward")
     assert "forward.py" in text and "40 / 40" in text and f"passed ({n_forward} tests)" in text
     assert "all 8 tests: SyntaxError in online_softmax.py, line 1" in text
@@ -433,7 +434,7 @@ def test_a_batch_writes_a_row_as_each_finishes_and_resumes(tmp_path, capsys):
     out, book = tmp_path / "results", tmp_path / "grades.csv"
     args = [*map(str, subs), "--only", "naive", "--csv", str(book), "--out", str(out), "--jobs", "2",
             "--test-timeout-cap", "10", "--workdir", str(tmp_path)]
-    assert grade.main(args) == 0
+    assert cli.main(args) == 0
     rows = {r["submission"]: r for r in csv.DictReader(book.open())}
     assert {s: rows[s]["score"] for s in rows} == {"good": "20", "empty": "0", "hangs": "0"}
     assert list(rows["good"]) == ["student", "user_id", "late", "submission", "score", "max_score", "bonus", "naive",
@@ -445,7 +446,7 @@ def test_a_batch_writes_a_row_as_each_finishes_and_resumes(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["empty.json", "good.json", "hangs.json"]
     # Run again, one more submission: only that one is graded.
     more = folder(tmp_path, "more", {"naive.py": solution("naive.py")})
-    assert grade.main([*args[:3], str(more), *args[3:]]) == 0
+    assert cli.main([*args[:3], str(more), *args[3:]]) == 0
     assert "skipping 3 submission(s) already in" in capsys.readouterr().err
     assert len(list(csv.DictReader(book.open()))) == 4
 
@@ -467,19 +468,19 @@ def test_a_submission_the_grader_cannot_grade_is_an_error_not_a_zero(tmp_path, m
 
     subs[1].joinpath("naive.py").write_text(solution("naive.py") + "\n# unlucky\n")
     monkeypatch.setattr(testrun, "run_tests", flaky)
-    assert grade.main(args) == 1
+    assert cli.main(args) == 1
     assert "1 submission(s) could not be graded" in capsys.readouterr().err
     rows = {Path(r["submission"]).name: r["score"] for r in csv.DictReader(book.open())}
     assert rows == {"good": "20", "unlucky": "ERROR"}
     monkeypatch.setattr(testrun, "run_tests", real)
-    assert grade.main(args) == 0
+    assert cli.main(args) == 0
     rows = [(Path(r["submission"]).name, r["score"]) for r in csv.DictReader(book.open())]
     assert sorted(rows) == [("good", "20"), ("unlucky", "20")], rows
-    assert grade.main([str(tmp_path / "no-such-folder"), "--only", "naive"]) == 2
+    assert cli.main([str(tmp_path / "no-such-folder"), "--only", "naive"]) == 2
     assert "no such submission" in capsys.readouterr().err
-    failed = grade.Report("x.zip", notes=["the grader failed on this submission: OSError: disk full"],
+    failed = Report("x.zip", notes=["the grader failed on this submission: OSError: disk full"],
                           error="the grader failed on this submission: OSError: disk full")
-    assert grade.table(failed).startswith("x.zip: NOT GRADED") and "0 / 0" not in grade.table(failed)
+    assert table(failed).startswith("x.zip: NOT GRADED") and "0 / 0" not in table(failed)
     assert failed.summary().startswith("gqa-flash: not graded")
 
 
@@ -493,7 +494,7 @@ def test_a_process_that_will_not_exit_after_the_last_test_costs_seconds_not_the_
     sub = folder(tmp_path, "lingers", {"naive.py": lingers})
     monkeypatch.setattr(testrun, "EXIT_GRACE_S", 1.0)
     report = grade.grade(sub, only={"naive"}, limits=Limits(submission_s=300, gate=False), workdir=tmp_path)
-    assert report.score == 20, grade.table(report)
+    assert report.score == 20, table(report)
     assert report.seconds < 120, f"{report.seconds:.0f} s: the lingering process ran on"
 
 
@@ -520,7 +521,7 @@ def test_a_process_left_running_in_a_session_of_its_own_is_killed(tmp_path, monk
     monkeypatch.setenv("GQA_FLASH_ISOLATION", "none")
     report = grade.grade(sub, only={"naive"}, limits=Limits(submission_s=300, gate=False, audit=False),
                          workdir=tmp_path)
-    assert report.score == 20, grade.table(report)
+    assert report.score == 20, table(report)
     pid = int(pid_file.read_text())
     for _ in range(50):  # SIGKILL is sent; the kernel may take a moment
         if not _alive(pid):
@@ -537,23 +538,24 @@ def _stub(name: str) -> str:
 
 
 def test_a_module_is_not_started_while_its_code_is_the_stubs(tmp_path):
-    prints = grade.stub_fingerprints()  # from solutions/ here
+    prints = started.stub_fingerprints()  # from solutions/ here
     assert set(prints) == set(layout.GRADED_FILES)
     for name in layout.GRADED_FILES:
-        assert grade.not_started(name, _stub(name), prints) and grade.not_started(name, _stub(name).encode(), prints)
-        assert not grade.not_started(name, solution(name), prints), name
+        assert started.not_started(name, _stub(name), prints)
+        assert started.not_started(name, _stub(name).encode(), prints)
+        assert not started.not_started(name, solution(name), prints), name
     stub, part_1 = _stub("naive.py"), '    raise NotImplementedError("Part 1'
     noted = stub.replace("    # ", "    # my notes: ", 1) + "\n\n# more notes\n"  # comments and blank lines
-    assert noted != stub and grade.not_started("naive.py", noted, prints)
-    assert not grade.not_started("naive.py", stub.replace(part_1, "    group = 2\n" + part_1, 1), prints)  # a line
-    assert not grade.not_started("naive.py", stub + "def broken(:\n", prints)
-    assert grade.not_started("naive.py", None, prints)  # not submitted: the stub is graded
-    assert not grade.not_started("naive.py", stub, {})  # no stub known: graded as started
+    assert noted != stub and started.not_started("naive.py", noted, prints)
+    assert not started.not_started("naive.py", stub.replace(part_1, "    group = 2\n" + part_1, 1), prints)  # a line
+    assert not started.not_started("naive.py", stub + "def broken(:\n", prints)
+    assert started.not_started("naive.py", None, prints)  # not submitted: the stub is graded
+    assert not started.not_started("naive.py", stub, {})  # no stub known: graded as started
     # Without solutions/, the fingerprints written with the edition (or the bundle), else none.
-    assert grade.stub_fingerprints(tmp_path) == {}
-    (tmp_path / grade.STUB_PRINTS).parent.mkdir(parents=True)
-    (tmp_path / grade.STUB_PRINTS).write_bytes(grade.stub_manifest())
-    assert grade.stub_fingerprints(tmp_path) == prints
+    assert started.stub_fingerprints(tmp_path) == {}
+    (tmp_path / started.STUB_PRINTS).parent.mkdir(parents=True)
+    (tmp_path / started.STUB_PRINTS).write_bytes(started.stub_manifest())
+    assert started.stub_fingerprints(tmp_path) == prints
 
 
 def _edition_copy(root: Path, files: dict[str, str]) -> Path:
@@ -565,7 +567,7 @@ def _edition_copy(root: Path, files: dict[str, str]) -> Path:
     shutil.copy(COURSE / "pyproject.toml", root / "pyproject.toml")
     for path, text in release.plan(SOLUTIONS, root / "gqa_flash").items():
         path.write_text(files.get(path.name, text))
-    (root / grade.STUB_PRINTS).write_bytes(grade.stub_manifest())
+    (root / started.STUB_PRINTS).write_bytes(started.stub_manifest())
     return root
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash.course.grader import grade, gradescope, release
+from gqa_flash.course.grader import cli, release, started
+from gqa_flash.course.grader.bundle import write_bundle
 from gqa_flash.course.testing import folder
 
 SOLUTIONS = release.SOLUTIONS_DIR
@@ -61,7 +62,7 @@ def _grade(root, files: dict[str, str], **extra_env) -> dict:
 @pytest.mark.timeout(1800)
 def test_setup_sh_and_run_autograder_in_gradescopes_layout(tmp_path):
     bundle = tmp_path / "autograder.zip"
-    gradescope.write_bundle(bundle)
+    write_bundle(bundle)
     root = tmp_path / "autograder"  # stands in for /autograder
     with zipfile.ZipFile(bundle) as z:
         z.extractall(root / "source")
@@ -130,7 +131,7 @@ def test_naive_long_and_short(n):
 def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_path):
     hidden = folder(tmp_path, "hidden", {"test_hidden_naive.py": HIDDEN_TEST})
     bundle = tmp_path / "autograder.zip"
-    assert grade.main(["--gradescope-bundle", str(bundle), "--extra-tests", str(hidden)]) == 0
+    assert cli.main(["--gradescope-bundle", str(bundle), "--extra-tests", str(hidden)]) == 0
 
     root = tmp_path / "autograder"  # stands in for /autograder
     with zipfile.ZipFile(bundle) as z:
@@ -152,7 +153,7 @@ def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_p
     results = json.loads((root / "results" / "results.json").read_text())
     assert results["score"] == 20 + 25 + 5, results["output"]
     # The modules not submitted are graded as their stubs, and each is one line that says so: the bonus ones too.
-    assert grade.STUB_PRINTS in names
+    assert started.STUB_PRINTS in names
     lines = {t["name"]: (t["score"], t["max_score"]) for t in results["tests"] if "not handed in" in t["name"]}
     assert lines == {"online_softmax.py: not handed in": (0, 15), "forward.py: not handed in": (0, 40),
                      "backward.py (bonus): not handed in": (0, 20), "decode.py (bonus): not handed in": (0, 15),
@@ -168,14 +169,14 @@ def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_p
 
 def test_writing_the_bundle_says_what_to_set_the_assignments_total_to(tmp_path, capsys):
     # The tests' maxima add up to 145 (100 required, 45 bonus): Gradescope's total is the instructor's to set.
-    assert grade.main(["--gradescope-bundle", str(tmp_path / "autograder.zip")]) == 0
+    assert cli.main(["--gradescope-bundle", str(tmp_path / "autograder.zip")]) == 0
     err = capsys.readouterr().err
     assert "set the assignment's total points to 100, the required modules' (naive 20, online_softmax 15, " \
            "tiled 25, forward 40)" in err, err
     assert "(backward 20, decode 15, ring 10) come on top, so a submission scores up to 145 / 100; 145, the sum " \
            "of the tests' maxima, is not the total to set" in err, err
     hidden = folder(tmp_path, "hidden", {"test_hidden_naive.py": HIDDEN_TEST})  # 5 points, not a bonus
-    assert grade.main(["--gradescope-bundle", str(tmp_path / "with_hidden.zip"), "--extra-tests", str(hidden)]) == 0
+    assert cli.main(["--gradescope-bundle", str(tmp_path / "with_hidden.zip"), "--extra-tests", str(hidden)]) == 0
     err = capsys.readouterr().err
     assert "total points to 105, the required modules' (naive 20, online_softmax 15, tiled 25, forward 40; " \
            "hidden tests 5)" in err and "up to 150 / 105" in err, err
@@ -185,7 +186,7 @@ def test_the_gradescope_fallback_is_json_when_the_grader_cannot_start(tmp_path):
     # run_autograder with a Python that does not exist: the grader never runs, and the one file meant to tell
     # the student to ask their instructor must still be JSON that Gradescope accepts.
     bundle = tmp_path / "autograder.zip"
-    assert grade.main(["--gradescope-bundle", str(bundle)]) == 0
+    assert cli.main(["--gradescope-bundle", str(bundle)]) == 0
     root = tmp_path / "autograder"
     with zipfile.ZipFile(bundle) as z:
         z.extractall(root / "source")

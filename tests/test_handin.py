@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gqa_flash.course import impl, layout
-from gqa_flash.course.grader import grade, handin, release, submission
+from gqa_flash.course.grader import grade, handin, release, started, submission
+from gqa_flash.course.grader.report import table
 from gqa_flash.course.grader.testrun import Limits
 
 SOLUTIONS = impl.SOLUTIONS_DIR
@@ -36,9 +37,9 @@ def course(root: Path, solved=(), whole: bool = False) -> Path:
     for name in layout.GRADED_FILES:
         source = SOLUTIONS / name
         (package / name).write_text(source.read_text() if name in solved else release.student_text(source))
-    prints = root / grade.STUB_PRINTS
+    prints = root / started.STUB_PRINTS
     prints.parent.mkdir(parents=True, exist_ok=True)
-    prints.write_bytes(grade.stub_manifest())
+    prints.write_bytes(started.stub_manifest())
     return package
 
 
@@ -88,9 +89,9 @@ def test_make_submission_zips_the_seven_files_flat(solved_zip):
 @pytest.mark.timeout(300)
 def test_the_grader_scores_the_zip_in_full(solved_zip, tmp_path):
     report = grade.grade(solved_zip[0], only={"naive"}, limits=Limits(timeout_cap_s=60), workdir=tmp_path)
-    assert report.error is None and report.tests, grade.table(report)
-    assert report.score == pytest.approx(report.worth) and report.score > 0, grade.table(report)
-    assert not report.notes and not report.integrity, grade.table(report)
+    assert report.error is None and report.tests, table(report)
+    assert report.score == pytest.approx(report.worth) and report.score > 0, table(report)
+    assert not report.notes and not report.integrity, table(report)
 
 
 # --- what stays out ---------------------------------------------------------------------

@@ -23,6 +23,7 @@ import triton.language as tl
 import gqa_flash
 from gqa_flash.course import impl, integrity, testing
 from gqa_flash.course.grader import grade, sandbox, testrun
+from gqa_flash.course.grader.report import GradeBook, table
 
 SOLUTIONS = impl.SOLUTIONS_DIR
 
@@ -138,18 +139,18 @@ def graded(tmp_path_factory):
 def test_a_part_that_hands_its_work_to_the_course_scores_0_and_is_flagged(graded, route):
     part, called, _ = ROUTES[route]
     report = graded[route]
-    assert report.part_score(part)[0] == 0, grade.table(report)
+    assert report.part_score(part)[0] == 0, table(report)
     assert any(flag.startswith(f"{part}.py scores 0") and called in flag for flag in report.integrity), \
-        (report.integrity, grade.table(report))
+        (report.integrity, table(report))
     line = next(t.message for t in report.tests if t.part == part and t.integrity)
     assert line.startswith(f"integrity: {part}.py line ") and called in line, line
     if part != "naive":  # the honest part beside it keeps its points
-        assert report.part_score("naive") == (20, 20), grade.table(report)
-    assert "INTEGRITY" in grade.table(report) and "INTEGRITY" in report.summary()
+        assert report.part_score("naive") == (20, 20), table(report)
+    assert "INTEGRITY" in table(report) and "INTEGRITY" in report.summary()
 
 
 def test_the_gradebook_has_an_integrity_column(graded, tmp_path):
-    book = grade.GradeBook(tmp_path / "grades.csv", ["naive", "forward"], hidden=False)
+    book = GradeBook(tmp_path / "grades.csv", ["naive", "forward"], hidden=False)
     book.add(graded["forward_calls_the_fast_api"])
     rows = list(csv.DictReader(open(tmp_path / "grades.csv")))
     assert rows[0]["forward"] == "0" and "fast_attention_forward" in rows[0]["integrity"], rows

@@ -25,6 +25,7 @@ import pytest
 
 from gqa_flash.course import impl
 from gqa_flash.course.grader import grade, sandbox, testrun
+from gqa_flash.course.grader.report import table
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import MUTANTS  # noqa: E402
@@ -86,8 +87,8 @@ def graded(tmp_path_factory, request):
 @pytest.mark.timeout(900)
 def test_the_solutions_score_100(graded):
     report = graded["solutions"]
-    assert report.max_score == pytest.approx(100), grade.table(report)
-    assert report.score >= 100 and all(t.passed for t in report.tests), grade.table(report)  # bonus on top
+    assert report.max_score == pytest.approx(100), table(report)
+    assert report.score >= 100 and all(t.passed for t in report.tests), table(report)  # bonus on top
 
 
 @pytest.mark.timeout(900)
@@ -98,13 +99,13 @@ def test_the_solutions_score_100(graded):
 )
 def test_the_mutant_loses_points_in_the_module_it_touches(graded, mutant):
     report = graded[mutant.name]
-    assert {t.part for t in report.tests} == {mutant.module}, grade.table(report)
+    assert {t.part for t in report.tests} == {mutant.module}, table(report)
     # The module's own points (bonus modules' count on top of the 100, so use the tests' sum).
     got, worth = sum(t.score for t in report.tests), sum(t.max_score for t in report.tests)
-    assert worth > 0, grade.table(report)
+    assert worth > 0, table(report)
     assert got < worth, (
         f"mutant {mutant.name} ({mutant.bug}) keeps all {worth:g} points of {mutant.file}: "
-        f"no graded test catches it\n{grade.table(report)}")
+        f"no graded test catches it\n{table(report)}")
     assert worth - got >= mutant.loses - 1e-9, (
         f"mutant {mutant.name} ({mutant.bug}) loses {worth - got:.4g} of {worth:g} points of {mutant.file}, "
-        f"fewer than the {mutant.loses:g} its harm calls for\n{grade.table(report)}")
+        f"fewer than the {mutant.loses:g} its harm calls for\n{table(report)}")

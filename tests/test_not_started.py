@@ -13,7 +13,7 @@ import pytest
 
 from gqa_flash.course import layout
 from gqa_flash.course.grader import grade, gradescope, release, sandbox, started, testrun
-from gqa_flash.course.grader.report import NOT_STARTED
+from gqa_flash.course.grader.report import NOT_STARTED, table
 from gqa_flash.course.grader.testrun import Limits
 
 SOLUTIONS = release.SOLUTIONS_DIR
@@ -69,7 +69,7 @@ def test_the_verdict_and_points_are_those_of_running_the_stubs_tests(tmp_path):
         return [(t.id, t.max_score, t.score, t.not_started, t.message) for t in report.tests]
 
     assert outcome(skipped) == outcome(ran) and skipped.tests and skipped.score == 0
-    assert grade.table(skipped).splitlines()[1:] == grade.table(ran).splitlines()[1:]
+    assert table(skipped).splitlines()[1:] == table(ran).splitlines()[1:]
     assert gradescope.results_json(skipped)["tests"] == gradescope.results_json(ran)["tests"]
     assert gradescope.results_json(skipped)["tests"][0]["name"] == "online_softmax.py: not started"
 
@@ -83,12 +83,12 @@ def test_every_graded_test_fails_on_the_stubs_when_run(tmp_path):
     for name in layout.GRADED_FILES:
         (submitted / name).write_text(STUBS[name])
     report = grade.grade(submitted, limits=Limits(run_not_started=True), workdir=tmp_path)
-    assert report.stop is None and {t.part for t in report.tests} == set(layout.GRADED_MODULES), grade.table(report)
+    assert report.stop is None and {t.part for t in report.tests} == set(layout.GRADED_MODULES), table(report)
     ran = {t.part for t in report.tests if t.seconds > 0}
     assert ran == set(layout.GRADED_MODULES), f"parts whose tests did not run: {set(layout.GRADED_MODULES) - ran}"
     passed = [t.id for t in report.tests if t.passed]
     assert not passed, f"graded tests that pass on the stubs (skipping them would cost their points): {passed}"
-    assert report.score == 0 and all(t.not_started for t in report.tests), grade.table(report)
+    assert report.score == 0 and all(t.not_started for t in report.tests), table(report)
 
 
 def test_a_file_not_handed_in_is_named_so_not_not_started():

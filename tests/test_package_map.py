@@ -90,3 +90,34 @@ def test_every_stub_has_a_signpost_to_its_spec_its_check_and_its_graded_tests():
             assert f"tests/graded/test_{module}.py: {info.points} points" in head, head
             assert f"make test-graded MODULE={module}" in head, head
         assert (layout.PACKAGE_DIR / path.name).read_text() == text, f"{path.name}: run the release tool"
+
+
+def test_the_readme_hand_in_list_is_the_registrys():
+    """README.md's "Handing in" block lists the graded files in course order, each required or bonus with its
+    points, as layout.STUDENT_FILES has them: a file added, renamed or re-weighted there fails here until the
+    README says so."""
+    readme = (layout.COURSE_DIR / "README.md").read_text()
+    first = True
+    rows = []
+    for name in layout.GRADED_MODULES:
+        info = layout.STUDENT_FILES[name]
+        if info.bonus:
+            rows.append(f"    {name + '.py':<21}bonus, {info.points} (only once you have started it)")
+        else:
+            rows.append(f"    {name + '.py':<21}required, {info.points}" + (" points" if first else ""))
+            first = False
+    block = "submission.zip\n" + "\n".join(rows) + "\n```"
+    assert block in readme, f"README.md's hand-in list should read:\n{block}"
+
+
+def test_each_solutions_part_table_names_the_registrys_parts():
+    """A completed file's docstring lists its parts (`Part 3  _key_loop  ...`). Where the registry names a part
+    by its function, the table names the same function: a part renamed in one place only fails here."""
+    from gqa_flash.course import impl
+
+    table = re.compile(r"^\s+Part (\d+)\s+(\S+)\s{2,}", re.M)
+    for module, info in layout.STUDENT_FILES.items():
+        rows = {int(n): name for n, name in table.findall((impl.SOLUTIONS_DIR / f"{module}.py").read_text())}
+        for part, title in info.parts.items():
+            if title.isidentifier() and "_" in title and rows:  # a function's name, not "dQ"
+                assert rows.get(part) == title, (module, part, title, rows.get(part))

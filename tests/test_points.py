@@ -10,7 +10,8 @@ import json
 import re
 
 from gqa_flash.course import layout
-from gqa_flash.course.grader import grade, gradescope, testrun
+from gqa_flash.course.grader import gradescope, started, testrun
+from gqa_flash.course.grader.report import COURSE_POINTS, REQUIRED_PARTS, Report, table
 
 GRADED = layout.GRADED_TESTS_DIR
 
@@ -42,7 +43,7 @@ def test_required_modules_are_worth_100_points():
     total = sum(m.get("points", 0) for f, _, m in graded_tests() if f in REQUIRED)
     assert total == 100, f"the required graded tests are worth {total} points, not 100"
     # What a run of some modules counts its points beside ("20 / 20 of the modules run (100 in the course)").
-    assert grade.COURSE_POINTS == total and set(grade.REQUIRED_PARTS) == {f[5:-3] for f in REQUIRED}
+    assert COURSE_POINTS == total and set(REQUIRED_PARTS) == {f[5:-3] for f in REQUIRED}
 
 
 # Each bonus module's points, on top of the 100.
@@ -64,7 +65,7 @@ def test_every_graded_file_is_required_or_bonus():
 # --- how points are reported: modules not started, some modules run --------------------------------------
 
 STUB = 'def f(x):\n    # Part 1: f(x) = 2x\n    raise NotImplementedError("Part 1 of x.py is not implemented yet")\n'
-PRINTS = {name: grade.code_fingerprint(STUB) for name in layout.GRADED_FILES}  # every file's stub, here
+PRINTS = {name: started.code_fingerprint(STUB) for name in layout.GRADED_FILES}  # every file's stub, here
 
 
 def _results(part: str, n: int, points: float, passed: bool) -> list[testrun.TestResult]:
@@ -74,11 +75,11 @@ def _results(part: str, n: int, points: float, passed: bool) -> list[testrun.Tes
 
 
 def test_only_code_starts_a_module():
-    assert grade.not_started("naive.py", STUB.replace("# Part 1", "# my notes. Part 1") + "\n\n# more\n", PRINTS)
-    assert not grade.not_started("naive.py", STUB.replace("    raise", "    y = 2 * x\n    raise"), PRINTS)
-    assert not grade.not_started("naive.py", STUB + "def g(:\n", PRINTS)  # a syntax error: started, and failing
-    assert grade.not_started("naive.py", None, PRINTS)  # not submitted: the stub is graded
-    assert not grade.not_started("naive.py", STUB, {})  # no stub known: graded as started
+    assert started.not_started("naive.py", STUB.replace("# Part 1", "# my notes. Part 1") + "\n\n# more\n", PRINTS)
+    assert not started.not_started("naive.py", STUB.replace("    raise", "    y = 2 * x\n    raise"), PRINTS)
+    assert not started.not_started("naive.py", STUB + "def g(:\n", PRINTS)  # a syntax error: started, and failing
+    assert started.not_started("naive.py", None, PRINTS)  # not submitted: the stub is graded
+    assert not started.not_started("naive.py", STUB, {})  # no stub known: graded as started
 
 
 def test_a_module_not_started_is_one_line_in_the_table_and_in_gradescopes_json():
@@ -87,9 +88,9 @@ def test_a_module_not_started_is_one_line_in_the_table_and_in_gradescopes_json()
     tests = [t for part, (n, points) in done.items() for t in _results(part, n, points, True)]
     tests += _results("backward", 13, 20, False) + _results("decode", 16, 15, False)
     files = {f"{part}.py": b"def f(x):\n    return 2 * x\n" for part in done}  # the bonus files: not submitted
-    assert grade.mark_not_started(tests, files, prints=PRINTS) == ["backward", "decode"]
-    report = grade.Report("alice.zip", tests=tests, seconds=30)
-    text = grade.table(report)
+    assert started.mark_not_started(tests, files, prints=PRINTS) == ["backward", "decode"]
+    report = Report("alice.zip", tests=tests, seconds=30)
+    text = table(report)
     assert re.search(r"backward\.py \(bonus\)\s+0 / 20\s+not handed in", text), text  # not in files: not handed in
     assert re.search(r"decode\.py \(bonus\)\s+0 / 15\s+not handed in", text), text
     assert "AssertionError" not in text and text.splitlines()[-1].split() == ["total", "100", "/", "100"], text
@@ -104,21 +105,21 @@ def test_a_module_not_started_is_one_line_in_the_table_and_in_gradescopes_json()
 
 
 def test_a_module_started_or_passing_a_test_is_graded_test_by_test():
-    started = STUB.replace("    raise", "    y = 2 * x\n    raise")
+    begun = STUB.replace("    raise", "    y = 2 * x\n    raise")
     tests = _results("online_softmax", 8, 15, False) + _results("naive", 8, 20, False)
     tests[-1].passed = True  # no stub passes a test: a module that does is graded, whatever its file
-    assert grade.mark_not_started(tests, {"online_softmax.py": started.encode()}, prints=PRINTS) == []
-    assert not any(t.not_started for t in tests) and "AssertionError: wrong" in grade.table(grade.Report("x", tests))
+    assert started.mark_not_started(tests, {"online_softmax.py": begun.encode()}, prints=PRINTS) == []
+    assert not any(t.not_started for t in tests) and "AssertionError: wrong" in table(Report("x", tests))
 
 
 def test_no_total_reads_out_of_0_when_some_modules_run():
-    naive = grade.Report("x", tests=_results("naive", 8, 20, True))
+    naive = Report("x", tests=_results("naive", 8, 20, True))
     assert naive.points() == "20 / 20 points of the modules run"
-    assert grade.table(naive).splitlines()[-1].split() == "total 20 / 20 of the modules run (100 in the course)".split()
-    backward = grade.Report("x", tests=_results("backward", 2, 10, True) + _results("backward", 2, 10, False))
-    for text in (grade.table(backward), backward.summary()):
+    assert table(naive).splitlines()[-1].split() == "total 20 / 20 of the modules run (100 in the course)".split()
+    backward = Report("x", tests=_results("backward", 2, 10, True) + _results("backward", 2, 10, False))
+    for text in (table(backward), backward.summary()):
         assert not re.search(r"/ 0\b", text), text
-    assert "total 10 / 20 of the modules run (100 in the course)" in " ".join(grade.table(backward).split())
+    assert "total 10 / 20 of the modules run (100 in the course)" in " ".join(table(backward).split())
     assert backward.summary().startswith("gqa-flash: 10 / 20 points of the modules run")
 
 

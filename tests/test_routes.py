@@ -42,7 +42,8 @@ import pytest
 
 from gqa_flash.course import layout
 from gqa_flash.course.grader import gate, grade, sandbox
-from gqa_flash.course.grader.report import GradeBook, num, total, write_json
+from gqa_flash.course.grader.gradescope import write_json
+from gqa_flash.course.grader.report import GradeBook, num, table, total
 from gqa_flash.course.grader.testrun import Limits
 from gqa_flash.course.testing import folder
 
@@ -155,7 +156,7 @@ def beneath(tmp_path_factory):
 
 def _verdict(report, route) -> None:
     part = route.part
-    text = f"{route.cls}/{route.name}:\n{grade.table(report)}\nintegrity: {report.integrity}"
+    text = f"{route.cls}/{route.name}:\n{table(report)}\nintegrity: {report.integrity}"
     assert report.error is None, text
     tests = [t for t in report.tests if t.part == part]
     aimed = [t for t in tests if t.name.startswith(route.aims) or t.name == "static gate"]

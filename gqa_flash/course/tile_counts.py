@@ -16,7 +16,7 @@ import contextlib
 import torch
 from torch.overrides import TorchFunctionMode
 
-from gqa_flash.course import runtime
+from gqa_flash.course import interpreter, runtime
 from gqa_flash.course.kernel_guard import kernel_only
 from gqa_flash.course.testing import random_qkv
 
@@ -36,7 +36,7 @@ def score_tiles_per_program(seq_len=100, head_dim=32, causal=True, batch=1, n_q_
     runs in a child process with the GPU hidden.
     """
     if not runtime.INTERPRETER:
-        return runtime.in_interpreter(f"{__name__}:score_tiles_per_program", seq_len=seq_len, head_dim=head_dim,
+        return interpreter.in_interpreter(f"{__name__}:score_tiles_per_program", seq_len=seq_len, head_dim=head_dim,
                                        causal=causal, batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads,
                                        seed=seed)
     import gqa_flash
@@ -120,7 +120,7 @@ def backward_score_tiles_per_program(seq_len=100, head_dim=64, causal=True, batc
     kwargs = dict(seq_len=seq_len, head_dim=head_dim, causal=causal, batch=batch, n_q_heads=n_q_heads,
                   n_kv_heads=n_kv_heads, seed=seed)
     if not runtime.INTERPRETER:
-        return runtime.in_interpreter(f"{__name__}:backward_score_tiles_per_program", **kwargs)
+        return interpreter.in_interpreter(f"{__name__}:backward_score_tiles_per_program", **kwargs)
     import gqa_flash
     from gqa_flash.course import impl
     from gqa_flash.reference import reference_attention

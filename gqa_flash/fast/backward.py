@@ -80,7 +80,8 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gqa_flash.course import runtime
-from gqa_flash.fast.forward import empty_readable, fixed_config, input_precision, readable, remember
+from gqa_flash.fast.forward import fixed_config, input_precision, remember
+from gqa_flash.fast.memory import empty_readable, readable
 
 
 @triton.jit

@@ -53,7 +53,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from gqa_flash.course import runtime
-from gqa_flash.fast import forward as triton_forward  # its layouts for the TMA and its shared-memory limit
+from gqa_flash.fast import memory  # the layouts the TMA reads and the shared-memory limit, as forward.py's
 
 ROWS = gl.constexpr(64)  # query rows a consumer warpgroup owns: one wgmma M of 64 across its 4 warps
 CONSUMERS = gl.constexpr(2)
@@ -315,7 +315,7 @@ def hopper_attention_forward(q, k, v, o, lse, causal, sm_scale, config=None):
     n_kv_heads = k.shape[1]
     head_dim_pad = head_dim_tile(head_dim)
     config = {"PERSISTENT": True, "PINGPONG": False, **config_for(head_dim_pad), **(config or {})}
-    limit = triton_forward.shared_memory(q.device)
+    limit = memory.shared_memory(q.device)
     if shared_bytes(config, head_dim_pad) > limit:
         raise ValueError(f"config: {config} needs {shared_bytes(config, head_dim_pad):,} bytes of shared memory at "
                          f"head_dim {head_dim}, more than the {limit:,} a program may hold here")
@@ -335,8 +335,8 @@ def attention(q, k, v, causal=True, sm_scale=None, config=None):
     """(O, LSE) from the Gluon kernel alone, whatever the route would pick: for benchmarks and tests.
     Inputs the TMA cannot read are copied first, as the fast forward does."""
     batch, n_q_heads, seq_len, head_dim = q.shape
-    q, k, v = (triton_forward.readable(t) for t in (q, k, v))
-    o = triton_forward.empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
+    q, k, v = (memory.readable(t) for t in (q, k, v))
+    o = memory.empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
     lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
     sm_scale = head_dim ** -0.5 if sm_scale is None else sm_scale
     return hopper_attention_forward(q, k, v, o, lse, causal, sm_scale, config)

@@ -23,7 +23,7 @@ import pytest
 # Run on their own, they also
 # - grade only the modules GQA_FLASH_MODULE names (make test-graded MODULE="naive online_softmax"), and
 #   count the points out of those modules' own;
-# - skip, as one line "not started", the tests of a module still holding its stub (grade.not_started: its
+# - skip, as one line "not started", the tests of a module still holding its stub (started.not_started: its
 #   code, comments aside, is the stub's), so that the run fails only for real failures of started modules.
 #   One line of code in a part starts a module, and its tests run and fail as they should.
 
@@ -156,7 +156,7 @@ def _module(item) -> str:
 def _stubs_among(modules) -> set[str]:
     """The modules whose file, the one these tests load, is still its stub (none with GQA_FLASH_IMPL=solutions)."""
     from gqa_flash.course import impl
-    from gqa_flash.course.grader.grade import not_started, stub_fingerprints
+    from gqa_flash.course.grader.started import not_started, stub_fingerprints
 
     if impl.current() != "student":
         return set()
@@ -214,7 +214,8 @@ def pytest_unconfigure(config):
                                         "-n for the table (make test-graded runs in one)")
         return
     from gqa_flash.course import layout
-    from gqa_flash.course.grader.grade import Report, table, zero_parts_not_own
+    from gqa_flash.course.grader.grade import zero_parts_not_own
+    from gqa_flash.course.grader.report import Report, table
     from gqa_flash.course.grader.testrun import TestResult
 
     order = {m: i for i, m in enumerate(layout.GRADED_MODULES)}  # the course's order, the bonus last

@@ -1,7 +1,7 @@
-"""``python -m gqa_flash.course.grader``: grade submissions (see ``gqa_flash.course.grader.grade``)."""
+"""``python -m gqa_flash.course.grader``: grade submissions (see ``gqa_flash.course.grader.cli``)."""
 
 import sys
 
-from gqa_flash.course.grader.grade import main
+from gqa_flash.course.grader.cli import main
 
 sys.exit(main())

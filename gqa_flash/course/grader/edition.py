@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gqa_flash.course import layout
-from gqa_flash.course.grader import grade, release, sandbox
+from gqa_flash.course.grader import release, sandbox, started
 
 COURSE_DIR = layout.COURSE_DIR
 
@@ -207,7 +207,7 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
         files[name] = content
     stubs = release.plan(course_dir / "solutions", Path("gqa_flash"))
     files.update({p.as_posix(): text.encode() for p, text in stubs.items()})
-    files[grade.STUB_PRINTS] = grade.stub_manifest(course_dir)  # how the graded run tells a module not started
+    files[started.STUB_PRINTS] = started.stub_manifest(course_dir)  # how the graded run tells a module not started
     files[sandbox.STUB_SOURCES] = sandbox.stub_sources_manifest(stubs)  # what it grades for a file a zip lacks
     files["README.md"] = student_readme(course_dir).encode()
     files["Makefile"] = MAKEFILE.encode()

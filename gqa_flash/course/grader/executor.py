@@ -278,13 +278,13 @@ def handle(request: dict) -> dict:
                         **{k: v for k, v in request["kwargs"].items() if k != "guard"})
             return {"ok": True, "value": [counts, dict(config)], "seen": seen}
         if op == "probe":
-            from gqa_flash.course import runtime
+            from gqa_flash.course import interpreter
 
             if request["function"] not in PROBES:
                 raise ValueError(f"the executor runs no probe {request['function']!r}")
             _interpreter_only(op)
             with audit.graded_call():
-                return {"ok": True, "value": runtime.in_interpreter(request["function"]), "seen": seen}
+                return {"ok": True, "value": interpreter.in_interpreter(request["function"]), "seen": seen}
         if op == "ring":
             return {"ok": True, "value": ring(int(request["world_size"]), request["cases"]), "seen": seen}
         raise ValueError(f"the executor has no request {op!r}")

@@ -15,7 +15,7 @@ them::
 A file that is still the stub you were given is left out, and named: the
 grader grades a missing file as its stub, so leaving it out costs nothing. The
 grader's own test decides what "still the stub" means
-(:func:`gqa_flash.course.grader.grade.not_started`): comments do not start a file, one
+(:func:`gqa_flash.course.grader.started.not_started`): comments do not start a file, one
 line of code does.
 
 A file with a syntax error goes in all the same, with a loud warning and its
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gqa_flash.course import layout
-from gqa_flash.course.grader.grade import not_started, stub_fingerprints
+from gqa_flash.course.grader.started import not_started, stub_fingerprints
 
 DEFAULT_NAME = "submission.zip"
 HOW_TO_HAND_IN = ("Hand it in: upload {zip} to your course's platform (Gradescope, Canvas, Moodle...), "

@@ -48,7 +48,8 @@ import pytest
 from gqa_flash.course import integrity
 from gqa_flash.course.grader.calls import StudentCrash, StudentRaised
 from gqa_flash.course.grader.isolation import set_limit
-from gqa_flash.course.grader.report import NOT_STARTED, TIMED_OUT, clip
+from gqa_flash.course.grader.report import TIMED_OUT, clip
+from gqa_flash.course.grader.started import NOT_STARTED
 from gqa_flash.course.layout import GRADED_FILES
 from gqa_flash.course.grader.sandbox import HIDDEN_DIR  # where the grader puts an instructor's extra tests
 

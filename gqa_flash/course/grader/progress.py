@@ -21,14 +21,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gqa_flash.course.grader import isolation
-from gqa_flash.course.grader.report import NOTHING_GRADED, PLATFORM_ONLY, GradeBook, num, review, total
+from gqa_flash.course.grader.report import NOTHING_GRADED, PLATFORM_ONLY, GradeBook, Report, num, review, total
 from gqa_flash.course.grader.submission import BONUS_NOT_HANDED_IN, BONUS_NOT_STARTED
-
-if TYPE_CHECKING:
-    from gqa_flash.course.grader.grade import Report
 
 
 def duration(seconds: float) -> str:

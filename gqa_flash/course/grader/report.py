@@ -1,6 +1,6 @@
 """What a grading shows and keeps: the table, the CSV of a batch, the results files.
 
-Everything here reads a graded submission (a ``grade.Report``) and writes it
+Everything here reads a graded submission (a :class:`Report`) and writes it
 down for a person:
 
 * :func:`table`, the verdict on the terminal: a row per part, the failed
@@ -23,25 +23,29 @@ word, with an ellipsis (:func:`clip`).
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from decimal import ROUND_HALF_UP, Decimal
 import unicodedata
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gqa_flash.course.grader import gradescope, isolation
-from gqa_flash.course.grader.platforms import student_of
+from gqa_flash.course import layout
+from gqa_flash.course.grader import isolation
+from gqa_flash.course.grader.platforms import Student, student_of
+from gqa_flash.course.grader.started import NOT_HANDED_IN, NOT_STARTED
 
 if TYPE_CHECKING:
-    from gqa_flash.course.grader.grade import Report
     from gqa_flash.course.grader.testrun import TestResult
 
-NOT_STARTED = "not started (still the stub you were given)"
-NOT_HANDED_IN = "not handed in (graded as the stub you were given)"  # a graded file the submission lacks
 NOT_GRADED = "not graded"  # the one test of each part of a submission that held nothing to grade (Report.stop)
 NOTHING_GRADED = "nothing graded: "  # how the review column begins for such a submission
+
+
+# The points of the required modules (tests/test_points.py holds the graded tests to it); bonus on top.
+COURSE_POINTS = 100
+REQUIRED_PARTS = tuple(m for m in layout.GRADED_MODULES if m not in layout.BONUS_MODULES)
 
 
 def total(points) -> float:
@@ -122,7 +126,7 @@ def table(report: Report) -> str:
 # --- rows that need a second look ------------------------------------------------------
 
 # A note saying a file was graded under another name (a learning platform's download name, say).
-RENAMED = re.compile(r"\bas (?:\S+/)?(?:naive|online_softmax|tiled|forward|backward|decode|ring)\.py\b|\brenamed\b")
+RENAMED = re.compile(rf"\bas (?:\S+/)?(?:{'|'.join(layout.GRADED_MODULES)})\.py\b|\brenamed\b")
 # The same, for nothing but a platform's name: how a bulk download's files arrive (Report.platform).
 PLATFORM_ONLY = re.compile(r"\(a \w+ download name(?:, -\d+ marking a re-submission)?\)$")
 
@@ -311,7 +315,6 @@ class GradeBook:
     def _other_columns(self, found: list[str]) -> str:
         """Why the CSV cannot take this run's rows: its modules are not this run's (--only), or its columns are
         another version's."""
-        from gqa_flash.course import layout
 
         modules = [c for c in found if c in layout.GRADED_MODULES]
         others = [c for c in found if c not in layout.GRADED_MODULES]
@@ -406,8 +409,93 @@ def results_names(sources: list) -> dict:
     return names
 
 
-def write_json(path: Path, report: Report) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(gradescope.results_json(report), indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)  # whole or not at all, even if interrupted
+@dataclass
+class Report:
+    """One graded submission."""
+
+    submission: str  # its name as it came (alice.zip, a Moodle folder's name, canvas.zip#garciajose)
+    tests: list[TestResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # the graded files it submitted
+    seconds: float = 0.0
+    # Set when no grade could be given (the grader failed, or no test reported a result): such a
+    # submission is not a 0, it is for a person to look at, and a batch run again grades it again.
+    error: str | None = None
+    # Work that was not the student's own: a part that reached the course's kernels, reference or checks
+    # (scored 0, see zero_parts_not_own), and code worth a look (submission.py's "review" flags).
+    integrity: list[str] = field(default_factory=list)
+    # Set when the submission held nothing to grade (empty, a notebook only): no test ran, every part
+    # scores 0, and this is the submission's one note (submission.Submission.stop).
+    stop: str | None = None
+    # The platform ("Canvas") when this is one student's files of a bulk download (downloads.Piece): its
+    # download names are then how the files arrive, not a rename worth a second look.
+    platform: str | None = None
+    # How the executor ran the student's code: "bwrap", "user" or "none" (gqa_flash.course.grader.isolation); None
+    # when no code ran (nothing to grade).
+    isolation: str | None = None
+    # Who handed it in: as a platform's names say (with its id for them, and whether it was late), else the
+    # submission's own name; None for the working copy.
+    student: Student | None = None
+    path: str = ""  # where the grader found it, as given (the CSV's path column: a batch run again finds it)
+
+    @property
+    def key(self) -> str:
+        """One submission of a batch: its path as given (two alice.zip of two folders are two)."""
+        return self.path or self.submission
+
+    @property
+    def score(self) -> float:
+        return total(t.score for t in self.tests)
+
+    @property
+    def max_score(self) -> float:
+        """The points of the required parts (and hidden tests): bonus points come on top."""
+        return total(t.max_score for t in self.tests if not t.bonus)
+
+    @property
+    def complete(self) -> bool:
+        """Every required module was graded: not a run of some modules only (--only, MODULE=...)."""
+        return set(REQUIRED_PARTS) <= {t.part for t in self.tests if not t.hidden}
+
+    @property
+    def worth(self) -> float:
+        """What the score is out of: the required points (bonus on top) when every required module ran,
+        else every point of the modules that ran (a bonus module alone is worth its own points, not 0)."""
+        return self.max_score if self.complete else total(t.max_score for t in self.tests)
+
+    def out_of(self) -> str:
+        """The table's total, after the score: '100', '100  (with 20 bonus)', or, for some modules only,
+        '20 of the modules run (100 in the course)'."""
+        if not self.complete:
+            return f"{num(self.worth)} of the modules run ({COURSE_POINTS} in the course)"
+        bonus = total(t.score for t in self.tests if t.bonus)
+        return f"{num(self.worth):<3}" + (f"  (with {num(bonus)} bonus)" if bonus else "")
+
+    def points(self) -> str:
+        """The headline: '20 / 100 points', or '20 / 20 points of the modules run'."""
+        return f"{num(self.score)} / {num(self.worth)} points" + ("" if self.complete else " of the modules run")
+
+    def parts(self) -> dict[tuple[str, bool], list[TestResult]]:
+        """Tests by (part, hidden), in the order they ran: the graded modules first."""
+        parts: dict[tuple[str, bool], list[TestResult]] = {}
+        for t in self.tests:
+            parts.setdefault((t.part, t.hidden), []).append(t)
+        return parts
+
+    def part_score(self, part: str, hidden: bool = False) -> tuple[float, float]:
+        tests = self.parts().get((part, hidden), [])
+        return total(t.score for t in tests), total(t.max_score for t in tests)
+
+    def summary(self) -> str:
+        """A few lines for the top of Gradescope's results: the total, each part, the notes."""
+        lines = [f"gqa-flash: {self.points()}"]
+        if self.error is not None:
+            lines = [f"gqa-flash: not graded ({self.error}); ask the course staff to look at this submission"]
+        lines.extend(integrity_lines(self.integrity))
+        if self.isolation == "none":
+            lines.append(f"  {isolation.describe('none')}")
+        for tests in self.parts().values():
+            got, worth = total(t.score for t in tests), total(t.max_score for t in tests)
+            lines.append(f"  {part_name(tests[0])}: {num(got)} / {num(worth)}  {verdict(tests)}")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)

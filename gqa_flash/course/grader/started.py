@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gqa_flash.course import layout
-from gqa_flash.course.grader.report import NOT_HANDED_IN, NOT_STARTED
 
 if TYPE_CHECKING:  # testrun imports this module
     from gqa_flash.course.grader.testrun import TestResult
 
+
+# How a module not started, or not handed in, reads in the table and in each of its tests.
+NOT_STARTED = "not started (still the stub you were given)"
+NOT_HANDED_IN = "not handed in (graded as the stub you were given)"  # a graded file the submission lacks
 
 # Where a course without solutions/ (the student edition, a Gradescope bundle) keeps its stubs' fingerprints:
 # there the graded files are the student's, so they cannot tell what the stubs were.

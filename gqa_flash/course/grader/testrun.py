@@ -77,7 +77,7 @@ class TestResult:
     bonus: bool = False  # a bonus module's test: its points are on top of the maximum
     seconds: float = 0.0
     integrity: bool = False  # failed because the graded call was not the student's own work (integrity.py)
-    not_started: bool = False  # its module is still the stub the course hands out (grade.not_started)
+    not_started: bool = False  # its module is still the stub the course hands out (started.not_started)
 
     @property
     def score(self) -> float:

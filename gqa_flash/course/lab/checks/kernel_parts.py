@@ -21,7 +21,7 @@ import math
 import torch
 import triton
 
-from gqa_flash.course import runtime, testing
+from gqa_flash.course import interpreter, testing
 from gqa_flash.course.lab.checks.cases import LN2
 from gqa_flash.course.lab.checks.kernel_walk import (
     address_set, check_key_loop, check_load_tile, check_program_ids, offset_cases, overflow_cause, recorded,
@@ -327,7 +327,7 @@ def check_epilogue():
         if not (o[others] == _SENTINEL).all() or not (lse[others] == _SENTINEL).all():
             return fail("forward", 6, "also writes into another batch or head", where=f"case \"{name}\"",
                         cause="the batch or head offset of a store is wrong", hint=_OFFSETS)
-    problem = runtime.in_interpreter(f"{__name__}:epilogue_offsets_problem")
+    problem = interpreter.in_interpreter(f"{__name__}:epilogue_offsets_problem")
     if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
         return fail("forward", 6, **problem, extra=dict(safe_on_small_tensors=True))
     return Verdict(True, what("forward", 6), "O is normalised and the LSE is in natural log, in their own "

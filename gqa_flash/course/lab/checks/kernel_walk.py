@@ -19,7 +19,7 @@ kernel needs; on a wrong answer the verdict names the likely mistake in words.
 import torch
 import triton
 
-from gqa_flash.course import runtime, testing
+from gqa_flash.course import interpreter, testing
 from gqa_flash.course.lab.checks.probes import (
     addresses_recorded, dev, forward_parts, launch, masked_lanes_poisoned,
 )
@@ -173,7 +173,7 @@ def check_load_tile():
                     where=f"case \"{name}\": " + "; ".join(
                         f"tile row {i} (sequence row {row0 + i}), column {j}: got {float(got[i, j]):.4g}, "
                         f"expected {float(want[i, j]):.4g}" for i, j in at))
-    problem = runtime.in_interpreter(f"{__name__}:load_tile_gpu_problem")
+    problem = interpreter.in_interpreter(f"{__name__}:load_tile_gpu_problem")
     if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
         return fail("forward", 2, **problem, extra=dict(safe_on_small_tensors=True))
     return Verdict(True, what("forward", 2), "the right tile of the right batch and head, in strided and "

@@ -329,7 +329,7 @@ def dev():
 # registers held) and batch or head offsets computed in int32 (they wrap once a tensor passes 2^31
 # elements, far more than a test can allocate). The interpreter runs every load and store through one
 # object, so for the length of a probe the two context managers below swap its loads and stores for
-# ones that show these mistakes. On a GPU machine :func:`gqa_flash.course.runtime.in_interpreter` runs the
+# ones that show these mistakes. On a GPU machine :func:`gqa_flash.course.interpreter.in_interpreter` runs the
 # probe in a child Python with the GPU hidden, so in the interpreter there too.
 
 POISON_INT = -777  # what an integer lane that a masked load leaves undefined reads under masked_lanes_poisoned

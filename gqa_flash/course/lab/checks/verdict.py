@@ -35,25 +35,10 @@ from gqa_flash.course.lab.checks.triton_errors import (
     compile_error_line, innermost_compile_error, source_line, triton_error,
 )
 
-# Every checked file's parts, numbered as the banners in the file number them.
-PARTS = {
-    "naive": {1: "GQA head mapping", 2: "scores and causal mask", 3: "softmax and P @ V"},
-    "online_softmax": {1: "block_state", 2: "merge_states", 3: "online_softmax"},
-    "tiled": {
-        1: "GQA head mapping",
-        2: "the tile walk and where the causal loop stops",
-        3: "causal mask on the diagonal tiles",
-        4: "online-softmax update",
-        5: "epilogue: O and LSE",
-    },
-    "forward": {1: "_program_ids", 2: "_load_tile", 3: "_key_loop", 4: "_online_softmax_update",
-                5: "_mask_scores", 6: "_epilogue"},
-    "backward": {1: "D = rowsum(dO * O)", 2: "dK and dV", 3: "the GQA sum", 4: "dQ"},
-    "decode": {1: "_group_tile", 2: "_page_slots", 3: "_split_partial", 4: "_merge_splits"},
-    "traffic": {1: "launch_order", 2: "dram_bytes: the L2 model"},  # practice (notebook 05), not graded
-    "ring": {1: "ring_source", 2: "block_pairs", 3: "merge_blocks"},
-}
-BONUS = ("backward", "decode", "ring")  # files beyond the 100 points (notebooks 06, 07 and 08)
+# Every checked file's parts, numbered as the banners in the file number them, and the files beyond the 100
+# points (notebooks 06, 07 and 08): the registry's (gqa_flash/course/layout.py).
+PARTS = layout.PARTS
+BONUS = layout.BONUS_MODULES
 
 # The part a Triton kernel or helper belongs to, for compile errors (which
 # carry the kernel's source, not a line of your file).
