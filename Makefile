@@ -49,10 +49,10 @@ autograder: setup
 
 # Write the student files from solutions/ (instructors).
 release: setup
-	$(BIN)/python -m gqa_flash.course.grader.release
+	$(BIN)/python tools/release.py
 
 check-release: setup
-	$(BIN)/python -m gqa_flash.course.grader.release --check
+	$(BIN)/python tools/release.py --check
 
 # The student edition: what you publish to students (no solutions/, no mutants, no instructor tools),
 # stubs fresh from solutions/, notebooks cleared, a README for students. make student-edition DEST=dir
@@ -63,7 +63,7 @@ check-release: setup
 EDITION_MODE = $(if $(filter-out 0,$(UPDATE)), --update)$(if $(filter-out 0,$(FORCE)), --force)
 student-edition: setup
 	@test -n "$(DEST)" || { echo "make student-edition: say where, e.g. DEST=../gqa-flash-student"; exit 2; }
-	$(BIN)/python -m gqa_flash.course.grader.edition "$(DEST)"$(EDITION_MODE)
+	$(BIN)/python tools/student_edition.py "$(DEST)"$(EDITION_MODE)
 
 # Gradescope's autograder in Gradescope's own layout, in a temporary folder: setup.sh builds a fresh
 # virtual environment (torch from TORCH_INDEX_URL, PyTorch's CPU index by default; TORCH_REQUIREMENT

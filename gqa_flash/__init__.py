@@ -4,9 +4,10 @@ Importing the package first settles where kernels run (``runtime``): on a
 machine with no CUDA device it switches Triton to its interpreter before any
 kernel is defined.
 
-The public API dispatches to the graded modules chosen by
-``GQA_FLASH_IMPL=student`` (default: the files in this package) or
-``GQA_FLASH_IMPL=solutions`` (the files in ``solutions/``).
+The public API dispatches to the graded modules the implementation switch
+chooses (``GQA_FLASH_IMPL``, :mod:`gqa_flash.course.impl`): by default the
+files in this package, yours; or the course's completed files, where the
+instructor's copy has them.
 """
 
 from gqa_flash.course import runtime  # first: sets TRITON_INTERPRET when there is no GPU

@@ -1,4 +1,4 @@
-"""The student edition (gqa_flash/course/grader/edition.py): it leaks no solution line, and it works.
+"""The student edition (tools/student_edition.py): it leaks no solution line, and it works.
 
 One edition is written into pytest's temporary folder for the whole module,
 exactly as ``make student-edition DEST=...`` writes it. Then, in that copy:
@@ -28,13 +28,14 @@ from pathlib import Path
 import pytest
 
 from gqa_flash.course import layout
-from gqa_flash.course.grader import edition, grade, release, sandbox
+from gqa_flash.course.grader import grade, sandbox, stubs
+from tools_path import student_edition as edition
 from gqa_flash.course.grader.report import table
 from gqa_flash.course.grader.testrun import Limits
 from gqa_flash.course.lab import results
 
 COURSE = layout.COURSE_DIR
-SOLUTIONS = release.SOLUTIONS_DIR
+SOLUTIONS = stubs.COMPLETED_DIR
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_the_leak_check_finds_a_planted_line():
     # edition leaves them out), and a notebook output that printed one is found too.
     mutants = (COURSE / "tests" / "mutants" / "forward.py").read_bytes()
     assert edition.leaks({"tests/mutants/forward.py": mutants}, SOLUTIONS)
-    line = release.solution_lines((SOLUTIONS / "forward.py").read_text())["4"][0]
+    line = stubs.solution_lines((SOLUTIONS / "forward.py").read_text())["4"][0]
     notebook = {"cells": [{"cell_type": "code", "source": ["print(1)"],
                            "outputs": [{"output_type": "stream", "text": ["  " + line.replace(" ", "  ")]}]}]}
     found = edition.leaks({"notebooks/x.ipynb": json.dumps(notebook).encode()}, SOLUTIONS)
@@ -75,13 +76,13 @@ def test_the_leak_check_finds_a_planted_line():
 def test_a_graded_line_another_stub_hands_out_is_a_leak(tmp_path):
     """A stub's given code is exempt only for its own file's solution lines: the bonus backward once
     decoded its program ids with forward.py Part 1's very lines, which a student could read there."""
-    forward_part1 = release.solution_lines((SOLUTIONS / "forward.py").read_text())["1"]
+    forward_part1 = stubs.solution_lines((SOLUTIONS / "forward.py").read_text())["1"]
     line = next(x for x in forward_part1 if "%" in x)  # the batch/head decode, not the group size's definition
     for source in SOLUTIONS.glob("*.py"):
         (tmp_path / source.name).write_text(source.read_text())
     backward = tmp_path / "backward.py"  # given code (outside every region) that repeats the line
     backward.write_text(backward.read_text() + f"\n\ndef _decode(batch_head_idx, N_Q_HEADS):\n    {line}\n")
-    found = edition.leaks({"gqa_flash/backward.py": release.student_text(backward).encode()}, tmp_path)
+    found = edition.leaks({"gqa_flash/backward.py": stubs.student_text(backward).encode()}, tmp_path)
     assert any("gqa_flash/backward.py: forward.py Part 1" in f for f in found), found
 
 
@@ -93,11 +94,10 @@ def test_the_edition_holds_what_a_student_needs_and_no_instructor_file(student_e
     assert os.access(dest / ".ci" / "run", os.X_OK)
     for name in ("solutions", "tests/mutants", "tools", "tests/test_mutants.py", "tests/test_grade.py",
                  "tests/test_release.py", "tests/test_edition.py", "tests/browser",
-                 "gqa_flash/course/grader/release.py",
-                 "gqa_flash/course/grader/edition.py"):
+                 "tools/release.py", "tools/student_edition.py"):
         assert not (dest / name).exists(), f"the edition holds {name}, an instructor's file"
     # The graded files are the stubs written from solutions/, whatever the instructor's gqa_flash/ holds.
-    for path, text in release.plan(SOLUTIONS, dest / "gqa_flash").items():
+    for path, text in stubs.plan(SOLUTIONS, dest / "gqa_flash").items():
         assert path.read_text() == text, f"{path.name} in the edition is not the stub"
     # Notebooks without outputs, so that their text and their outputs agree.
     for path in sorted((dest / "notebooks").glob("*.ipynb")):
@@ -189,7 +189,7 @@ def test_make_passes_update_and_force_on():
     def command(*args):
         out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "student-edition", *args], cwd=COURSE,
                              capture_output=True, text=True, timeout=60).stdout
-        return " ".join(line for line in out.splitlines() if "gqa_flash.course.grader.edition" in line or "--" in line)
+        return " ".join(line for line in out.splitlines() if "tools/student_edition.py" in line or "--" in line)
 
     assert "--update" in command("DEST=../x", "UPDATE=1") and "--force" not in command("DEST=../x", "UPDATE=1")
     assert "--force" in command("DEST=../x", "FORCE=1") and "--update" not in command("DEST=../x", "FORCE=1")
@@ -205,7 +205,7 @@ def test_make_student_edition_echoes_one_command_line():
                              cwd=COURSE, capture_output=True, text=True, timeout=60).stdout
         lines = out.splitlines()
         assert not [line for line in lines if not line.strip() or line.rstrip().endswith("\\")], out
-        assert [line.split("edition ", 1)[1] for line in lines if "gqa_flash.course.grader.edition" in line] == \
+        assert [line.split("student_edition.py ", 1)[1] for line in lines if "tools/student_edition.py" in line] == \
             ['"../x"' + {"UPDATE=1": " --update", "FORCE=1": " --force"}.get(next(iter(mode), ""), "")], out
 
 
@@ -311,13 +311,13 @@ def test_a_zip_without_a_graded_file_is_graded_with_its_stub_not_the_students_co
     shutil.copy2(dest / "pyproject.toml", course / "pyproject.toml")
     shutil.copy2(SOLUTIONS / "naive.py", course / "gqa_flash" / "naive.py")  # the student finished naive.py
     snapshot = sandbox.snapshot(course)
-    stubs = release.plan(SOLUTIONS, Path("gqa_flash"))
-    for path, text in stubs.items():
+    written = stubs.plan(SOLUTIONS, Path("gqa_flash"))
+    for path, text in written.items():
         assert snapshot.files[path.as_posix()] == text.encode(), f"{path.name}: the grader's copy is not the stub"
 
     submitted = tmp_path / "submitted"  # online_softmax.py, not started; no naive.py
     submitted.mkdir()
-    (submitted / "online_softmax.py").write_text(stubs[Path("gqa_flash/online_softmax.py")])
+    (submitted / "online_softmax.py").write_text(written[Path("gqa_flash/online_softmax.py")])
     report = grade.grade(submitted, course=snapshot, only={"naive", "online_softmax"},
                          limits=Limits(submission_s=300), workdir=tmp_path)
     assert report.part_score("naive")[0] == 0 and report.score == 0, table(report)

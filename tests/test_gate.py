@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash.course.grader import release
+from gqa_flash.course.grader import stubs
 from gqa_flash.course.grader.gate import EXERCISES, Violation, check
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADED = sorted(EXERCISES)
-STUBS = {path.name: text for path, text in release.plan(ROOT / "solutions", ROOT / "gqa_flash").items()}
+STUBS = {path.name: text for path, text in stubs.plan(ROOT / "solutions", ROOT / "gqa_flash").items()}
 HEADS = {  # what each kind of file starts with: its stub's imports
     "naive.py": "import torch\n",
     "forward.py": "import torch\nimport triton\nimport triton.language as tl\n\nfrom gqa_flash.course import runtime\n",

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gqa_flash.course import impl, layout
-from gqa_flash.course.grader import cli, grade, gradescope, release, sandbox, started, submission, testrun
+from gqa_flash.course.grader import cli, grade, gradescope, sandbox, started, stubs, submission, testrun
 from gqa_flash.course.grader.report import Report, table
 from gqa_flash.course.grader import report as report_module
 from gqa_flash.course.grader.testrun import Limits
@@ -390,7 +390,7 @@ def test_not_a_submission(tmp_path):
 
 def test_the_snapshot_holds_stubs_and_tests_but_no_solution():
     course = sandbox.snapshot()
-    for path, text in release.plan(SOLUTIONS, Path("gqa_flash")).items():
+    for path, text in stubs.plan(SOLUTIONS, Path("gqa_flash")).items():
         assert course.files[path.as_posix()] == text.encode()
     assert "tests/graded/test_forward.py" in course.files and "pyproject.toml" in course.files
     assert not any(k.startswith("solutions") for k in course.files)
@@ -534,7 +534,7 @@ def test_a_process_left_running_in_a_session_of_its_own_is_killed(tmp_path, monk
 
 
 def _stub(name: str) -> str:
-    return release.plan(SOLUTIONS, Path("gqa_flash"))[Path("gqa_flash") / name]
+    return stubs.plan(SOLUTIONS, Path("gqa_flash"))[Path("gqa_flash") / name]
 
 
 def test_a_module_is_not_started_while_its_code_is_the_stubs(tmp_path):
@@ -565,7 +565,7 @@ def _edition_copy(root: Path, files: dict[str, str]) -> Path:
     shutil.copytree(layout.GRADED_TESTS_DIR, root / "tests" / "graded", ignore=ignore)
     shutil.copy(COURSE / "tests" / "conftest.py", root / "tests" / "conftest.py")
     shutil.copy(COURSE / "pyproject.toml", root / "pyproject.toml")
-    for path, text in release.plan(SOLUTIONS, root / "gqa_flash").items():
+    for path, text in stubs.plan(SOLUTIONS, root / "gqa_flash").items():
         path.write_text(files.get(path.name, text))
     (root / started.STUB_PRINTS).write_bytes(started.stub_manifest())
     return root

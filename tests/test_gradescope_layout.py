@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from gqa_flash.course.grader import cli, release, started
+from gqa_flash.course.grader import cli, started, stubs
 from gqa_flash.course.grader.bundle import write_bundle
 from gqa_flash.course.testing import folder
 
-SOLUTIONS = release.SOLUTIONS_DIR
+SOLUTIONS = stubs.COMPLETED_DIR
 
 # The fields of results.json that Gradescope reads and the grader writes
 # (https://gradescope-autograders.readthedocs.io/en/latest/specs/#output-format).
@@ -76,14 +76,14 @@ def test_setup_sh_and_run_autograder_in_gradescopes_layout(tmp_path):
     assert probe.returncode == 0, probe.stderr
     print("setup.sh built a virtual environment with torch, triton:", probe.stdout.strip())
 
-    solutions = {p.name: p.read_text() for p in sorted(release.SOLUTIONS_DIR.glob("*.py"))}
+    solutions = {p.name: p.read_text() for p in sorted(stubs.COMPLETED_DIR.glob("*.py"))}
     results = _grade(root, solutions)
     assert all(t["status"] == "passed" for t in results["tests"]), results["output"]
     assert results["score"] == pytest.approx(sum(t["max_score"] for t in results["tests"])), results["output"]
     assert results["score"] >= 100
 
-    stubs = {p.name: text for p, text in release.plan(release.SOLUTIONS_DIR).items()}
-    results = _grade(root, stubs)
+    written = {p.name: text for p, text in stubs.plan(stubs.COMPLETED_DIR).items()}
+    results = _grade(root, written)
     assert results["score"] == 0 and all(t["status"] == "failed" for t in results["tests"]), results["output"]
     assert all(t["name"].endswith(": not started") for t in results["tests"]), results["output"]  # one per module
 
@@ -139,8 +139,8 @@ def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_p
         assert {"setup.sh", "run_autograder", "requirements.txt", "gqa_flash/course/grader/grade.py",
                 "tests/graded/test_forward.py", "hidden_tests/test_hidden_naive.py"} <= set(names)
         assert not any(n.startswith("solutions") for n in names)
-        for name in release.plan(SOLUTIONS, Path("gqa_flash")):  # the stubs, never the solutions
-            assert z.read(name.as_posix()).decode() == release.plan(SOLUTIONS, Path("gqa_flash"))[name]
+        for name in stubs.plan(SOLUTIONS, Path("gqa_flash")):  # the stubs, never the solutions
+            assert z.read(name.as_posix()).decode() == stubs.plan(SOLUTIONS, Path("gqa_flash"))[name]
         assert z.getinfo("run_autograder").external_attr >> 16 & 0o111
         z.extractall(root / "source")
     assert "download.pytorch.org/whl/cpu" in (root / "source" / "setup.sh").read_text()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gqa_flash.course import impl, layout
-from gqa_flash.course.grader import grade, handin, release, started, submission
+from gqa_flash.course.grader import grade, handin, started, stubs, submission
 from gqa_flash.course.grader.report import table
 from gqa_flash.course.grader.testrun import Limits
 
@@ -36,7 +36,7 @@ def course(root: Path, solved=(), whole: bool = False) -> Path:
     package.mkdir(exist_ok=True)
     for name in layout.GRADED_FILES:
         source = SOLUTIONS / name
-        (package / name).write_text(source.read_text() if name in solved else release.student_text(source))
+        (package / name).write_text(source.read_text() if name in solved else stubs.student_text(source))
     prints = root / started.STUB_PRINTS
     prints.parent.mkdir(parents=True, exist_ok=True)
     prints.write_bytes(started.stub_manifest())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gqa_flash.course import layout
-from gqa_flash.course.grader import release
+from gqa_flash.course.grader import stubs
 
 COURSE = layout.COURSE_DIR
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
@@ -67,7 +67,7 @@ def test_make_grade_submissions_grades_from_a_fresh_shell(tmp_path):
     venv = Path(sys.prefix)  # this test's environment stands in for the .venv that setup makes (-o: not again)
     submitted = tmp_path / "alice"
     submitted.mkdir()
-    shutil.copy2(release.SOLUTIONS_DIR / "naive.py", submitted / "naive.py")
+    shutil.copy2(stubs.COMPLETED_DIR / "naive.py", submitted / "naive.py")
     env = {k: v for k, v in os.environ.items()
            if k not in ("VIRTUAL_ENV", "PYTHONPATH", "GQA_FLASH_IMPL", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
     prefixes = {str(Path(sys.prefix)), str(Path(sys.prefix).resolve()), str(COURSE / ".venv")}

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from gqa_flash.course import layout
-from gqa_flash.course.grader import grade, gradescope, release, sandbox, started, testrun
+from gqa_flash.course.grader import grade, gradescope, sandbox, started, stubs, testrun
 from gqa_flash.course.grader.report import NOT_STARTED, table
 from gqa_flash.course.grader.testrun import Limits
 
-SOLUTIONS = release.SOLUTIONS_DIR
-STUBS = {p.name: text for p, text in release.plan(SOLUTIONS, Path("gqa_flash")).items()}
+SOLUTIONS = stubs.COMPLETED_DIR
+STUBS = {p.name: text for p, text in stubs.plan(SOLUTIONS, Path("gqa_flash")).items()}
 LIMITS = Limits(timeout_cap_s=60, submission_s=400)
 
 

@@ -3,7 +3,7 @@
 * The graded head dims: what notebooks 00 and 04 say the graded tests use is what tests/graded/ uses.
 * The parts in order: a notebook presents a graded file's parts in the order of the file's banners, each
   section followed by folded hints and a check cell.
-* Paths: a notebook names only files the student edition ships (gqa_flash/course/grader/edition.py).
+* Paths: a notebook names only files the student edition ships (tools/student_edition.py).
 * The course speaks to students: no notebook talks of the course's own backlog (its issues, machines not lent).
 """
 
@@ -178,9 +178,9 @@ def cited_paths(notebook: str) -> set[str]:
 
 
 def edition_rules() -> dict[str, tuple[str, ...]]:
-    """SHIPPED, LEFT_OUT and EDITION_TESTS of gqa_flash/course/grader/edition.py, read as literals (importing it would
+    """SHIPPED, LEFT_OUT and EDITION_TESTS of tools/student_edition.py, read as literals (importing it would
     import the whole grader)."""
-    tree = ast.parse((layout.PACKAGE_DIR / "course" / "grader" / "edition.py").read_text())
+    tree = ast.parse((layout.COURSE_DIR / "tools" / "student_edition.py").read_text())
     return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
             if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in
             ("SHIPPED", "LEFT_OUT", "EDITION_TESTS")}

@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from gqa_flash.course import decode_launch, layout
-from gqa_flash.course.grader import edition
+from tools_path import student_edition as edition
 from gqa_flash.course.lab import decode_viz, perf_plots, results
 
 matplotlib.use("Agg")
@@ -141,7 +141,7 @@ def test_notebook_07_says_where_the_split_heuristic_lives():
 
 
 def _ships(path: str) -> bool:
-    """Whether the student edition holds a file, or a folder's files (gqa_flash/course/grader/edition.py)."""
+    """Whether the student edition holds a file, or a folder's files (tools/student_edition.py)."""
     return not path.startswith(edition.LEFT_OUT) and (path.startswith(edition.SHIPPED) or path in edition.EDITION_TESTS)
 
 

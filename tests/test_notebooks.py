@@ -42,9 +42,9 @@ def stub_course(tmp_path_factory):
     shutil.copytree(COURSE / "gqa_flash", course / "gqa_flash", ignore=ignore)
     shutil.copytree(COURSE / "notebooks", course / "notebooks", ignore=ignore)
     if STUBS_KNOWN:
-        from gqa_flash.course.grader import release  # the instructor's copy only
+        from gqa_flash.course.grader import stubs
 
-        for path, text in release.plan(COURSE / "solutions", course / "gqa_flash").items():
+        for path, text in stubs.plan(COURSE / "solutions", course / "gqa_flash").items():
             path.write_text(text)
     return course
 

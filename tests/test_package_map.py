@@ -78,9 +78,9 @@ def test_a_students_row_gives_its_notebook_its_check_and_its_points():
 def test_every_stub_has_a_signpost_to_its_spec_its_check_and_its_graded_tests():
     """No stub said what it is measured against: each now names, under its header, its specification, its
     notebook's check, its graded test file and points, and the make command that runs them."""
-    from gqa_flash.course.grader import release
+    from gqa_flash.course.grader import stubs
 
-    for path, text in release.plan().items():
+    for path, text in stubs.plan().items():
         module = path.stem
         info = layout.STUDENT_FILES[module]
         head = text.split('"""', 1)[0]

@@ -150,9 +150,10 @@ def test_a_plain_function_is_not_a_kernel():
 
 
 def test_the_notebook_gives_no_graded_line_away():
-    from gqa_flash.course.grader import edition, release
+    from gqa_flash.course.grader import stubs
+    from tools_path import student_edition as edition
 
-    if not release.SOLUTIONS_DIR.is_dir():
+    if not stubs.COMPLETED_DIR.is_dir():
         pytest.skip("the student edition has no solutions/ to compare with")
     content = edition.cleared_notebook(NOTEBOOK.read_text()).encode()
-    assert edition.leaks({"notebooks/" + NOTEBOOK.name: content}, release.SOLUTIONS_DIR) == []
+    assert edition.leaks({"notebooks/" + NOTEBOOK.name: content}, stubs.COMPLETED_DIR) == []

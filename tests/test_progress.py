@@ -17,9 +17,9 @@ pytestmark = pytest.mark.skipif(not impl.SOLUTIONS_DIR.is_dir(), reason="the stu
 @pytest.fixture
 def stubs(tmp_path, monkeypatch):
     """Every graded file the checks run is its stub, as on a fresh course."""
-    from gqa_flash.course.grader import release
+    from gqa_flash.course.grader import stubs
 
-    plan = release.plan(impl.SOLUTIONS_DIR, tmp_path)
+    plan = stubs.plan(impl.SOLUTIONS_DIR, tmp_path)
     written = {}
     for path, text in plan.items():
         path.parent.mkdir(parents=True, exist_ok=True)

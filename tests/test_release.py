@@ -7,8 +7,9 @@ import textwrap
 import pytest
 
 from gqa_flash.course import layout
-from gqa_flash.course.grader import release
-from gqa_flash.course.grader.release import BEGIN, END, STUB, MarkerError, strip_solutions
+from gqa_flash.course.grader import stubs
+from gqa_flash.course.grader.stubs import BEGIN, END, STUB, MarkerError, strip_answers
+from tools_path import release
 
 BANNER = "# --- STUDENT IMPLEMENTATION REQUIRED HERE (Part {n}) ---"
 BANNER_END = "# --- END OF STUDENT IMPLEMENTATION ---"
@@ -19,7 +20,7 @@ def src(body: str) -> str:
 
 
 def test_student_files_are_in_sync_with_solutions():
-    result = subprocess.run([sys.executable, "-m", "gqa_flash.course.grader.release", "--check"],
+    result = subprocess.run([sys.executable, "tools/release.py", "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -31,7 +32,7 @@ def test_no_solution_marker_in_the_package():
 
 
 def test_default_stub_raises_naming_the_part():
-    out = strip_solutions(src("""
+    out = strip_answers(src("""
         def f():
             {B1}
             # explain
@@ -47,7 +48,7 @@ def test_default_stub_raises_naming_the_part():
 
 
 def test_explicit_stub_is_uncommented_at_the_marker_indent():
-    out = strip_solutions(src("""
+    out = strip_answers(src("""
         def f():
             {B1}
             {BEGIN}
@@ -77,7 +78,7 @@ def test_explicit_stub_is_uncommented_at_the_marker_indent():
 )
 def test_malformed_markers_are_errors_with_file_and_line(body, message):
     with pytest.raises(MarkerError) as info:
-        strip_solutions(src(body), "solutions/bad.py")
+        strip_answers(src(body), "solutions/bad.py")
     assert "solutions/bad.py:" in str(info.value) and message in str(info.value)
 
 
@@ -101,7 +102,7 @@ MIN_SOLUTION_LINES = {"forward.py": 45, "tiled.py": 25, "decode.py": 40}
 
 def test_the_student_writes_the_kernel():
     for name, floor in MIN_SOLUTION_LINES.items():
-        lines = release.solution_lines((release.SOLUTIONS_DIR / name).read_text())
+        lines = stubs.solution_lines((stubs.COMPLETED_DIR / name).read_text())
         count = sum(len(v) for v in lines.values())
         assert count >= floor, f"solutions/{name}: {count} lines of code in the solution regions, fewer than {floor}"
 

@@ -20,10 +20,10 @@ def test_make_test_graded_ends_with_the_points_table(tmp_path):
     import subprocess
     import sys
 
-    from gqa_flash.course.grader import release
+    from gqa_flash.course.grader import stubs
 
     shutil.copytree(layout.PACKAGE_DIR, tmp_path / "gqa_flash", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "gqa_flash" / "naive.py").write_text(release.student_text(release.SOLUTIONS_DIR / "naive.py"))
+    (tmp_path / "gqa_flash" / "naive.py").write_text(stubs.student_text(stubs.COMPLETED_DIR / "naive.py"))
     env = dict(os.environ, GQA_FLASH_IMPL="student", PYTHONPATH=str(tmp_path), TMPDIR=str(tmp_path))
     done = subprocess.run([sys.executable, "-m", "pytest", str(layout.GRADED_TESTS_DIR / "test_naive.py"), "-q",
                            "-p", "no:cacheprovider"], capture_output=True, text=True, env=env, cwd=tmp_path,

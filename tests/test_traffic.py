@@ -55,9 +55,9 @@ def test_the_checks_pass_on_the_solution(monkeypatch):
 
 
 def test_the_checks_fail_on_the_stubs(monkeypatch, tmp_path):
-    from gqa_flash.course.grader import release
+    from gqa_flash.course.grader import stubs
 
-    stub = _module(tmp_path, release.student_text(SOLUTION), "stub")
+    stub = _module(tmp_path, stubs.student_text(SOLUTION), "stub")
     for verdict, part in zip(_verdicts(monkeypatch, stub), (1, 2)):
         assert not verdict.ok and f"Part {part} is not implemented yet" in verdict.message, str(verdict)
 

@@ -27,6 +27,7 @@ from gqa_flash.course.layout import COURSE_DIR, GRADED_MODULES, PACKAGE_DIR, PRA
 CHOICES = ("student", "solutions")
 # The completed graded files: the one place in the package that names them.
 SOLUTIONS_DIR = COURSE_DIR / "solutions"
+COMPLETED_PACKAGE = "gqa_flash._solutions"  # the package they are imported under
 
 _cache: dict[Path, tuple[int, ModuleType]] = {}
 
@@ -39,6 +40,12 @@ def current() -> str:
             f"GQA_FLASH_IMPL must be one of {', '.join(CHOICES)}; got {os.environ['GQA_FLASH_IMPL']!r}"
         )
     return choice
+
+
+def completed_dir(course_dir: Path = COURSE_DIR) -> Path:
+    """Where the completed graded files are in the course at ``course_dir`` (a copy of this one, say): the one
+    place outside this module's constants that knows. The student edition has no such folder."""
+    return course_dir / SOLUTIONS_DIR.relative_to(COURSE_DIR)
 
 
 def source_dir(choice: str | None = None) -> Path:
@@ -95,7 +102,7 @@ def load(name: str, choice: str | None = None) -> ModuleType:
         # One module object per file, re-executed in place when the file
         # changes, as importlib.reload does for the student's modules: code
         # that holds the module (a notebook check) sees the new functions.
-        qualname = f"gqa_flash._solutions.{name}"
+        qualname = f"{COMPLETED_PACKAGE}.{name}"
         module = sys.modules.get(qualname)
         if module is None or getattr(module, "__file__", None) != str(path):
             spec = importlib.util.spec_from_file_location(qualname, path)

@@ -42,8 +42,8 @@ class StudentFile:
     bonus: bool = False  # graded beyond the 100 points of the required files
 
 
-# THE REGISTRY: the files a student writes, in course order. Adding or renaming a file or a part starts here
-# (docs/instructors.md, "Adding or renaming a part", lists what cannot be derived from it).
+# THE REGISTRY: the files a student writes, in course order. Adding or renaming a file or a part starts here;
+# the instructor's guide ("Adding or renaming a part") lists the few pieces that cannot be derived from it.
 STUDENT_FILES = {
     "naive": StudentFile(
         "reference.reference_attention", "01_naive_attention", "check_naive",
@@ -68,7 +68,7 @@ STUDENT_FILES = {
     "ring": StudentFile(
         "reference.reference_attention (O and the LSE)", "08_context_parallel", "check_ring_attention",
         {1: "ring_source", 2: "block_pairs", 3: "merge_blocks"}, 10, bonus=True),
-    # Practice: written like the graded ones (single-sourced in the solutions, behind the implementation
+    # Practice: written like the graded ones (single-sourced in the completed files, behind the implementation
     # switch, checked in a notebook) but never graded.
     "traffic": StudentFile(
         "its notebook's measured L2 model", "05_performance", "check_traffic_model",

@@ -113,14 +113,14 @@ def _free_port() -> int:
 def _stub_course(dest: Path) -> Path:
     """A copy of the course (Makefile, course.mk, pyproject.toml, notebooks/, gqa_flash/) whose graded files are
     the stubs."""
-    from gqa_flash.course.grader import release
+    from gqa_flash.course.grader import stubs
 
     ignore = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
     for name in ("Makefile", "course.mk", "pyproject.toml"):
         shutil.copy2(COURSE / name, dest / name)  # copy2 keeps the mtime: make compares it with .venv/.installed
     shutil.copytree(COURSE / "notebooks", dest / "notebooks", ignore=ignore)
     shutil.copytree(COURSE / "gqa_flash", dest / "gqa_flash", ignore=ignore)
-    for path, text in release.plan(COURSE / "solutions", dest / "gqa_flash").items():
+    for path, text in stubs.plan(COURSE / "solutions", dest / "gqa_flash").items():
         path.write_text(text)
     return dest
 

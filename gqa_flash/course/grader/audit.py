@@ -42,7 +42,7 @@ DENIED_MODULES = ("ctypes", "_ctypes", "subprocess", "multiprocessing", "socket"
 
 # The course's answers, as modules: a graded file importing one (not yet loaded) is refused here, before any
 # of its code runs (the own-work guard sees only what reaches PyTorch or Triton).
-ANSWERS = ("gqa_flash.fast", "gqa_flash.course.lab", "gqa_flash.reference", "gqa_flash._solutions",
+ANSWERS = ("gqa_flash.fast", "gqa_flash.course.lab", "gqa_flash.reference", impl.COMPLETED_PACKAGE,
            "gqa_flash.course.grader")
 SPAWN_EVENTS = ("subprocess.Popen", "os.posix_spawn", "os.exec")  # (program, arguments, ...)
 
@@ -64,8 +64,8 @@ class _State:
     writable: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()  # where the programs a graded call may start live: Triton's package on a GPU
     programs: frozenset[str] = frozenset()  # and the system's programs Triton starts (its C compiler...)
-    # The module names a graded file's classes have (gqa_flash.naive, gqa_flash._solutions.naive...).
-    graded_modules = frozenset(f"{p}.{m}" for p in ("gqa_flash", "gqa_flash._solutions") for m in layout.GRADED_MODULES)
+    # The module names a graded file's classes have (gqa_flash.naive, and under the switch's completed files).
+    graded_modules = frozenset(f"{p}.{m}" for p in ("gqa_flash", impl.COMPLETED_PACKAGE) for m in layout.GRADED_MODULES)
 
 
 def is_students(filename: str) -> bool:

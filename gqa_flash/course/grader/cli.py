@@ -9,7 +9,7 @@ graded. For each one the grader
 2. writes a fresh copy of the course in a temporary folder, from a snapshot
    read once (:mod:`gqa_flash.course.grader.sandbox`): the course's own support modules
    and tests, the submission's graded files, the stubs for the missing ones,
-   no ``solutions/``;
+   never the completed files;
 3. runs the graded tests there, in a subprocess, with a time limit per test
    and per submission, restarting after a crash (:mod:`gqa_flash.course.grader.testrun`,
    :mod:`gqa_flash.course.grader.plugin`);

@@ -4,7 +4,7 @@
 (:mod:`gqa_flash.course.grader.calls`), in a sandbox where the machine has one
 (:mod:`gqa_flash.course.grader.isolation`), in a folder that holds the course's
 package with the student's graded files and nothing else: no tests, no
-``solutions/``, no results. It reads requests on its standard input and
+completed files, no results. It reads requests on its standard input and
 answers on its standard output, in :mod:`gqa_flash.course.grader.wire`'s format
 (no pickle either way); whatever the student's code prints goes to standard
 error. A request is one of

@@ -55,7 +55,8 @@ class Handin:
 def collect(package_dir: Path = layout.PACKAGE_DIR, prints: dict[str, str] | None = None) -> Handin:
     """Sort the graded files of ``package_dir`` into those to hand in and those to leave out.
 
-    ``prints``: the stubs' fingerprints (default: the course's own, from solutions/ or the edition's manifest)."""
+    ``prints``: the stubs' fingerprints (default: the course's own, from its completed files or the edition's
+    manifest)."""
     prints = stub_fingerprints(package_dir.parent) if prints is None else prints
     handin = Handin()
     for name in layout.GRADED_FILES:

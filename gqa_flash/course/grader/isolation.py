@@ -1,7 +1,7 @@
 """How the executor is shut away from everything but its own folder: bubblewrap, another user, or nothing.
 
 The executor runs the student's code (:mod:`gqa_flash.course.grader.executor`). It
-must not reach the judge's records, the course's ``solutions/``, another
+must not reach the judge's records, the course's completed files, another
 submission, the network or another process. Three ways, the first the machine
 allows (``GQA_FLASH_ISOLATION`` picks one by name):
 

@@ -10,9 +10,9 @@ rewrites the tests, the reference, or the course on disk changes nothing for
 the next run nor for the next submission; :func:`tampered` says what it
 touched, so the instructor hears about it.
 
-The copy never holds ``solutions/``: a missing graded file gets the stub
-``python -m gqa_flash.course.grader.release`` would write. The student edition has no
-``solutions/`` and its package's graded files are the student's own, so it
+The copy never holds the completed files: a missing graded file gets the stub
+the release tool would write (:mod:`~gqa_flash.course.grader.stubs`). The student edition has no
+completed files and its package's graded files are the student's own, so it
 carries the stubs in ``STUB_SOURCES`` (a zip without forward.py, graded there,
 once got the student's finished forward.py in its place and full marks). In a
 Gradescope bundle the package's own graded files are the stubs.
@@ -20,7 +20,7 @@ Gradescope bundle the package's own graded files are the stubs.
 Nor does the graded process learn where the course is: it runs in the copy,
 from an environment with no variable that leads back to the course
 (:func:`environment`). A grader started in the instructor's repository
-inherits ``PWD``; a submission once found ``solutions/forward.py`` through it.
+inherits ``PWD``; a submission once found the completed ``forward.py`` through it.
 """
 
 from __future__ import annotations
@@ -62,23 +62,22 @@ class Course:
 
 
 def stub_files(course_dir: Path) -> dict[str, bytes]:
-    solutions = course_dir / impl.SOLUTIONS_DIR.name
-    if solutions.is_dir():
-        from gqa_flash.course.grader import release  # the instructor's copy only: the edition has no release tool
+    completed = impl.completed_dir(course_dir)
+    if completed.is_dir():
+        from gqa_flash.course.grader import stubs
 
-        plan = release.plan(solutions, Path("gqa_flash"))
-        stubs = {p.as_posix(): text.encode() for p, text in plan.items()}
+        found = {p.as_posix(): text.encode() for p, text in stubs.plan(completed, Path("gqa_flash")).items()}
     else:  # the student edition: the stubs it was written with; a Gradescope bundle: none, its files are the stubs
-        stubs = read_stub_sources(course_dir)
+        found = read_stub_sources(course_dir)
     for name in GRADED_FILES:
         key = f"gqa_flash/{name}"
-        if key not in stubs and (course_dir / key).is_file():
-            stubs[key] = (course_dir / key).read_bytes()
-    return stubs
+        if key not in found and (course_dir / key).is_file():
+            found[key] = (course_dir / key).read_bytes()
+    return found
 
 
 def stub_sources_manifest(stubs: Mapping[Path, str]) -> bytes:
-    """STUB_SOURCES's content: {graded file's name: its stub's text}, from ``release.plan``'s {path: text}."""
+    """STUB_SOURCES's content: {graded file's name: its stub's text}, from ``stubs.plan``'s {path: text}."""
     return (json.dumps({p.name: text for p, text in sorted(stubs.items())}, indent=1, sort_keys=True) + "\n").encode()
 
 
@@ -146,7 +145,7 @@ def build(course: Course, dest: Path, submitted: dict[str, bytes]) -> None:
 
 def build_executor(course: Course, dest: Path, submitted: dict[str, bytes]) -> dict[str, bytes]:
     """Write the executor's folder at dest: the course's package, the submitted graded files in place of the
-    stubs, and nothing else (no tests, no pyproject, never solutions/). Returns what it wrote, for tampered."""
+    stubs, and nothing else (no tests, no pyproject, never the completed files). Returns what it wrote, for tampered."""
     files = {rel: content for rel, content in course.files.items() if rel.startswith("gqa_flash/")}
     for name, content in submitted.items():
         if name not in course.graded_files:

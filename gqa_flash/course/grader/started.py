@@ -3,7 +3,7 @@
 Such a module's tests are not run (:func:`parts_not_started`, read by :mod:`gqa_flash.course.grader.testrun`): a stub
 passes none of them (tests/test_not_started.py runs them all on the stubs), so they would score 0 after minutes of
 the interpreter. Each of its tests scores 0, and the module is reported as one line, "not started", in the table
-and in Gradescope's results (:func:`mark_not_started`). A course with ``solutions/`` computes the stubs'
+and in Gradescope's results (:func:`mark_not_started`). A course with its completed files computes the stubs'
 fingerprints from them; the student edition and the Gradescope bundle carry them in :data:`STUB_PRINTS`. A
 module whose stub is unknown is never taken for not started: its tests run.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from gqa_flash.course import layout
+from gqa_flash.course import impl, layout
 
 if TYPE_CHECKING:  # testrun imports this module
     from gqa_flash.course.grader.testrun import TestResult
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # testrun imports this module
 NOT_STARTED = "not started (still the stub you were given)"
 NOT_HANDED_IN = "not handed in (graded as the stub you were given)"  # a graded file the submission lacks
 
-# Where a course without solutions/ (the student edition, a Gradescope bundle) keeps its stubs' fingerprints:
+# Where a course without its completed files (the student edition, a Gradescope bundle) keeps its stubs' fingerprints:
 # there the graded files are the student's, so they cannot tell what the stubs were.
 STUB_PRINTS = "tests/graded/stub_fingerprints.json"
 
@@ -52,14 +52,15 @@ def code_fingerprint(text: str) -> str | None:
 
 
 def stub_fingerprints(course_dir: Path = layout.COURSE_DIR) -> dict[str, str]:
-    """{graded file: its stub's fingerprint}: from solutions/ (the instructor's copy, through the release
+    """{graded file: its stub's fingerprint}: from the completed files (the instructor's copy, through the release
     tool), else from STUB_PRINTS (written with the student edition and the Gradescope bundle), else {}:
     no module is then taken for not started."""
-    if (course_dir / "solutions").is_dir():
-        from gqa_flash.course.grader import release  # the instructor's copy only
+    completed = impl.completed_dir(course_dir)
+    if completed.is_dir():
+        from gqa_flash.course.grader import stubs
 
-        stubs = release.plan(course_dir / "solutions", Path("gqa_flash"))
-        return {p.name: code_fingerprint(text) for p, text in stubs.items() if p.name in layout.GRADED_FILES}
+        written = stubs.plan(completed, Path("gqa_flash"))
+        return {p.name: code_fingerprint(text) for p, text in written.items() if p.name in layout.GRADED_FILES}
     try:
         prints = json.loads((course_dir / STUB_PRINTS).read_text())
     except (OSError, ValueError):

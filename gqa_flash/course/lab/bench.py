@@ -6,7 +6,7 @@ and which implementation the switch pointed to:
 
     course_graded   the graded forward kernel, autotuned, from the implementation
                     switch (GQA_FLASH_IMPL, gqa_flash/course/impl.py): gqa_flash/forward.py
-                    by default, the completed file with GQA_FLASH_IMPL=solutions
+                    by default, the completed file where the switch says so
     course_fast     the course's fastest kernel (gqa_flash/fast/forward.py)
     sdpa_default    F.scaled_dot_product_attention, PyTorch's own choice of backend
     sdpa_flash      SDPA forced to its FlashAttention-2 backend

@@ -9,8 +9,8 @@ the same inputs, interleaved within a shape:
                             contiguous cache: PyTorch's own choice of backend
     flash_decode            the public gqa_flash.flash_decode(..., max_seqlen=context), as
                             a serving loop calls it (api=public): decode.py from the
-                            implementation switch (GQA_FLASH_IMPL; the completed file
-                            with =solutions), on the contiguous cache [B, Hkv, S, D] and
+                            implementation switch (GQA_FLASH_IMPL: yours, or the
+                            completed file), on the contiguous cache [B, Hkv, S, D] and
                             on a paged one (pages of 16, shuffled in the pool)
     flex                    FlexAttention (torch.compile, dynamic=False: one compile per
                             shape, its first call's time in the note), contiguous cache

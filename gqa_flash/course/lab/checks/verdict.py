@@ -225,7 +225,7 @@ def prints_verdict(body):
 
 
 def rel(module: str) -> str:
-    """``gqa_flash/naive.py`` (or ``solutions/naive.py``): the file the check runs."""
+    """``gqa_flash/naive.py`` (or the completed file, as the switch says): the file the check runs."""
     path = impl.path_of(module)
     try:
         return str(path.relative_to(layout.COURSE_DIR))

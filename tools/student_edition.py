@@ -1,4 +1,4 @@
-"""The student edition: ``python -m gqa_flash.course.grader.edition DEST`` (``make student-edition DEST=dir``).
+"""The student edition: ``python tools/student_edition.py DEST`` (``make student-edition DEST=dir``).
 
 What an instructor publishes to students, written from the instructor's
 repository in the spirit of nbgrader's ``generate_assignment``: the course
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gqa_flash.course import layout
-from gqa_flash.course.grader import release, sandbox, started
+from gqa_flash.course.grader import sandbox, started, stubs
 
 COURSE_DIR = layout.COURSE_DIR
 
@@ -64,8 +64,6 @@ SHIPPED = (
     "course.mk", ".gitignore",
 )
 LEFT_OUT = (
-    "gqa_flash/course/grader/release.py",  # writes the stubs from solutions/
-    "gqa_flash/course/grader/edition.py",  # this file: writes the edition from the instructor's repository
     "bench/explore_", "bench/tile_sweep.sh",  # exploration scripts that load the solutions by name, and their runner
     "bench/probe_", "bench/register_report.py",  # probes: one-off timings and compile reports behind bench/RESULTS.md
     "bench/record/",  # the instructor's record: measurements no notebook reads (gqa_flash.course.lab.results)
@@ -205,10 +203,10 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
         if name.startswith("notebooks/") and name.endswith(".ipynb"):
             content = cleared_notebook(content.decode()).encode()
         files[name] = content
-    stubs = release.plan(course_dir / "solutions", Path("gqa_flash"))
-    files.update({p.as_posix(): text.encode() for p, text in stubs.items()})
+    written = stubs.plan(course_dir / "solutions", Path("gqa_flash"))
+    files.update({p.as_posix(): text.encode() for p, text in written.items()})
     files[started.STUB_PRINTS] = started.stub_manifest(course_dir)  # how the graded run tells a module not started
-    files[sandbox.STUB_SOURCES] = sandbox.stub_sources_manifest(stubs)  # what it grades for a file a zip lacks
+    files[sandbox.STUB_SOURCES] = sandbox.stub_sources_manifest(written)  # what it grades for a file a zip lacks
     files["README.md"] = student_readme(course_dir).encode()
     files["Makefile"] = MAKEFILE.encode()
     files[".ci/run"] = CI_RUN.encode()
@@ -258,7 +256,7 @@ def _with_record_note(text: str, files) -> str:
 # --- writing and re-releasing ----------------------------------------------------------------------------------
 
 MANIFEST = ".gqa_flash_edition.json"  # in the edition: the files the course wrote there
-MANIFEST_ABOUT = ("The files the course wrote in this edition (gqa_flash/course/grader/edition.py). "
+MANIFEST_ABOUT = ("The files the course wrote in this edition (tools/student_edition.py). "
                   "make student-edition DEST=<this folder> UPDATE=1 rewrites them and removes those the course "
                   "no longer has; every other file, and .git, is the instructor's and stays.")
 
@@ -285,7 +283,7 @@ class Changes:
 
 
 def _spell(dest: Path, make: str, flag: str) -> str:
-    return f"make student-edition DEST={dest} {make} (python -m gqa_flash.course.grader.edition {dest} {flag})"
+    return f"make student-edition DEST={dest} {make} (python tools/student_edition.py {dest} {flag})"
 
 
 def previous_files(dest: Path) -> list[str] | None:
@@ -438,9 +436,9 @@ def leaks(files: dict[str, bytes], solutions_dir: Path) -> list[str]:
     readable = {name: _squeeze(_readable(name, content)) for name, content in files.items()}
     found = []
     for solution in sorted(solutions_dir.glob("*.py")):
-        given = "\n".join(_squeeze(line) for line in release.student_text(solution).splitlines()
+        given = "\n".join(_squeeze(line) for line in stubs.student_text(solution).splitlines()
                            if not line.strip().startswith("#"))
-        for part, lines in release.solution_lines(solution.read_text()).items():
+        for part, lines in stubs.solution_lines(solution.read_text()).items():
             for line in lines:
                 squeezed = _squeeze(line)
                 if len(squeezed) < MIN_CHARS or squeezed in given or squeezed in STATED_IN_BANNERS:
@@ -453,7 +451,7 @@ def leaks(files: dict[str, bytes], solutions_dir: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m gqa_flash.course.grader.edition", description="Write the student edition of the course.",
+        prog="python tools/student_edition.py", description="Write the student edition of the course.",
         epilog="Through make: make student-edition DEST=dir [UPDATE=1 | FORCE=1].")
     parser.add_argument("dest", type=Path, help="the folder to write it to (empty or missing, or an edition to update)")
     mode = parser.add_mutually_exclusive_group()
@@ -465,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_dest(args.dest, force=args.force, update=args.update)  # before the minutes of work below
         files = edition_files()
-        found = leaks(files, release.SOLUTIONS_DIR)
+        found = leaks(files, stubs.COMPLETED_DIR)
         for line in found:
             print(f"leak: {line}", file=sys.stderr)
         if found:  # nothing written: an edition in use keeps its last release
@@ -473,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"nothing was written to {args.dest}", file=sys.stderr)
             return 1
         changes = write(args.dest, force=args.force, update=args.update, files=files)
-    except (ValueError, FileExistsError, release.MarkerError, FileNotFoundError) as e:
+    except (ValueError, FileExistsError, stubs.MarkerError, FileNotFoundError) as e:
         print(f"student-edition: {e}", file=sys.stderr)
         return 2
     if args.update:

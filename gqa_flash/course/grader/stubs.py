@@ -1,36 +1,29 @@
-"""Write the student files from the solutions: ``python -m gqa_flash.course.grader.release [--check]``.
+"""The stubs a student receives, written from the course's completed files (the implementation switch,
+:mod:`gqa_flash.course.impl`, says where those are). The maintainers' release tool writes them into
+``gqa_flash/``; the grader computes them to tell a module not started.
 
-The solutions are the single source of truth. In ``solutions/<module>.py``
-every piece a student writes sits inside the seed's banner, between markers
-(their exact text is the constants BEGIN, STUB and END below; this package
-never spells them out, so that a search for them in ``gqa_flash/`` finds
-nothing unless solution text leaked)::
+The completed files are the single source of truth. In each, every piece a student writes sits inside the
+seed's banner, between markers (their exact text is the constants BEGIN, STUB and END below; this package
+never spells them out, so that a search for them in ``gqa_flash/`` finds nothing unless an answer leaked)::
 
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 2) ---
     # what to compute and why ...
     <BEGIN marker>
-    <the solution>
+    <the answer>
     <STUB marker>
     # <the stub, commented out here, uncommented in the student file>
     <END marker>
     # --- END OF STUDENT IMPLEMENTATION ---
 
-The student file gets everything but the solution: the lines between the
-BEGIN marker and the STUB (or END) marker are dropped, and the stub takes
-their place. Without a STUB section the stub is
-``raise NotImplementedError("Part N of <module>.py is not implemented yet")``;
-Triton kernels need an explicit stub, since ``raise`` does not compile there.
-
-``--check`` writes nothing and exits 1 when ``gqa_flash/`` and ``solutions/``
-have drifted apart. Markers that nest, that never end, that stand outside a
+The student file gets everything but the answer: the lines between the BEGIN marker and the STUB (or END)
+marker are dropped, and the stub takes their place. Without a STUB section the stub is
+``raise NotImplementedError("Part N of <module>.py is not implemented yet")``; Triton kernels need an
+explicit stub, since ``raise`` does not compile there. Markers that nest, that never end, that stand outside a
 banner, or that still appear in a student file are errors with file and line.
 """
 
 from __future__ import annotations
 
-import argparse
-import difflib
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +34,7 @@ from gqa_flash.course.layout import BANNER, BANNER_END
 BEGIN = "### BEGIN " + "SOLUTION"
 STUB = "### " + "STUB"
 END = "### END " + "SOLUTION"
-SOLUTIONS_DIR = impl.SOLUTIONS_DIR
+COMPLETED_DIR = impl.SOLUTIONS_DIR  # the switch's
 STUDENT_DIR = layout.PACKAGE_DIR
 
 HEADER = (
@@ -62,7 +55,7 @@ class _Region:
     stub: list[str] | None = None
 
 
-def strip_solutions(text: str, filename: str = "<string>") -> str:
+def strip_answers(text: str, filename: str = "<string>") -> str:
     """The student version of one solution file's text."""
     out: list[str] = []
     banner_part: str | None = None
@@ -192,7 +185,7 @@ def signpost(module: str) -> str:
 
 
 def student_text(solution_path: Path) -> str:
-    body = strip_solutions(solution_path.read_text(), str(solution_path))
+    body = strip_answers(solution_path.read_text(), str(solution_path))
     text = HEADER.format(name=solution_path.name) + signpost(solution_path.stem) + body
     for marker in (BEGIN, STUB, END):
         if marker in text:  # belt and braces: no solution marker ever reaches a student file
@@ -200,61 +193,9 @@ def student_text(solution_path: Path) -> str:
     return text
 
 
-def plan(solutions_dir: Path = SOLUTIONS_DIR, student_dir: Path = STUDENT_DIR) -> dict[Path, str]:
-    """The student files to write: {path in student_dir: text}."""
-    files = sorted(p for p in solutions_dir.glob("*.py") if not p.name.startswith("_"))
+def plan(completed_dir: Path = COMPLETED_DIR, student_dir: Path = STUDENT_DIR) -> dict[Path, str]:
+    """The student files to write: {path in student_dir: text}, from the completed files in completed_dir."""
+    files = sorted(p for p in completed_dir.glob("*.py") if not p.name.startswith("_"))
     if not files:
-        raise FileNotFoundError(f"no solution files in {solutions_dir}")
+        raise FileNotFoundError(f"no completed files in {completed_dir}")
     return {student_dir / p.name: student_text(p) for p in files}
-
-
-def check(solutions_dir: Path = SOLUTIONS_DIR, student_dir: Path = STUDENT_DIR) -> list[str]:
-    """Problems, one line each; empty when the student files are in sync."""
-    problems = []
-    for path, text in plan(solutions_dir, student_dir).items():
-        if not path.exists():
-            problems.append(f"{path}: missing (run `python -m gqa_flash.course.grader.release`)")
-        elif path.read_text() != text:
-            diff = difflib.unified_diff(
-                text.splitlines(), path.read_text().splitlines(), "expected (from solutions)", str(path),
-                lineterm="", n=1
-            )
-            problems.append(f"{path}: differs from its solution's stubs:\n" + "\n".join(list(diff)[:40]))
-    for path in sorted(student_dir.glob("*.py")):
-        content = path.read_text()
-        for marker in (BEGIN, END):
-            if marker in content:
-                problems.append(f"{path}: contains {marker!r}; solution text must never reach gqa_flash/")
-    return problems
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gqa_flash.course.grader.release",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the student files have drifted")
-    parser.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, help="folder of the solution files")
-    parser.add_argument("--out", type=Path, default=STUDENT_DIR, help="folder the student files go to")
-    args = parser.parse_args(argv)
-    try:
-        if args.check:
-            problems = check(args.solutions, args.out)
-            for p in problems:
-                print(p, file=sys.stderr)
-            if problems:
-                print(f"release check: {len(problems)} problem(s)", file=sys.stderr)
-                return 1
-            print(f"release check: student files in {args.out} match {args.solutions}")
-            return 0
-        for path, text in plan(args.solutions, args.out).items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            changed = not path.exists() or path.read_text() != text
-            path.write_text(text)
-            print(f"{'wrote' if changed else 'unchanged'} {path}")
-        return 0
-    except (MarkerError, FileNotFoundError) as e:
-        print(f"release: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
