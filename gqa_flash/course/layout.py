@@ -3,12 +3,13 @@
 One place for these facts, read by the switch (``impl``), the grader, the
 notebook checks and the tests::
 
-    notebooks/          the lessons; notebooks/data/ holds measured results
-    gqa_flash/          the package: the graded files below, the API, the core
-    gqa_flash/fast/     the course's fastest kernels (fully written, not graded)
-    gqa_flash/course/lab/      what the notebooks use: checks, pictures, benchmark
-    gqa_flash/course/grader/   the grader, the Gradescope bundle and the release tool
-    tests/graded/       the graded tests, one file per graded module
+    notebooks/               the lessons; notebooks/data/ holds measured results
+    gqa_flash/               the student's files, the public API, the spec (reference.py)
+    gqa_flash/fast/          the course's fastest kernels (fully written, not graded)
+    gqa_flash/course/        the machinery: this registry, the switch, the API's host side
+    gqa_flash/course/lab/    what the notebooks use: checks, pictures, benchmark
+    gqa_flash/course/grader/ the grader, the Gradescope bundle, the stubs
+    tests/graded/            the graded tests, one file per graded module
 
 Only the implementation switch (``impl``) knows where the completed files
 live; nothing else in the package names them.
