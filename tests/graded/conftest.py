@@ -36,6 +36,7 @@ _MESSAGES: dict = {}  # nodeid -> an integrity or address-check message, unwrapp
 _NOT_STARTED: set = set()  # modules still holding their stubs, their tests skipped
 _GATED: dict = {}  # modules the static gate refuses (gqa_flash.course.grader.gate): {module: its verdict}
 _UNCOLLECTED: list = []  # a line for each graded test file that could not be collected
+_DESELECTED: list = []  # the tests -k or -m left out: the table's points are then of the tests run
 
 
 def _chosen_modules() -> set[str]:
@@ -91,6 +92,10 @@ def pytest_sessionfinish(session):
 
     if calls._student is not None:
         calls._student.stop()
+
+
+def pytest_deselected(items):
+    _DESELECTED.extend(items)
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: the table counts only the tests that run
@@ -227,6 +232,7 @@ def pytest_unconfigure(config):
              for nodeid, (module, share, name) in sorted(_ITEMS.items(), key=lambda kv: order.get(kv[1][0], 99))]
     terminalreporter.write_sep("=", "points (as make grade counts them)")
     seconds = time.monotonic() - _START[0] if _START else 0.0
-    report = Report(submission="your files in gqa_flash/", tests=tests, seconds=seconds, notes=list(_UNCOLLECTED))
+    report = Report(submission="your files in gqa_flash/", tests=tests, seconds=seconds, notes=list(_UNCOLLECTED),
+                    deselected=len(_DESELECTED))
     report.integrity = zero_parts_not_own(tests)  # as the grader does: a part not the student's own scores 0
     terminalreporter.write_line(table(report))

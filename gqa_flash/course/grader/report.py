@@ -437,6 +437,8 @@ class Report:
     # submission's own name; None for the working copy.
     student: Student | None = None
     path: str = ""  # where the grader found it, as given (the CSV's path column: a batch run again finds it)
+    # Tests a pytest -k or -m left out (make test-graded ARGS="-k ..."): the table then counts the tests run.
+    deselected: int = 0
 
     @property
     def key(self) -> str:
@@ -454,8 +456,14 @@ class Report:
 
     @property
     def complete(self) -> bool:
-        """Every required module was graded: not a run of some modules only (--only, MODULE=...)."""
-        return set(REQUIRED_PARTS) <= {t.part for t in self.tests if not t.hidden}
+        """Every required module was graded, every test of it: not a run of some modules only (--only,
+        MODULE=...) or of some tests (-k)."""
+        return not self.deselected and set(REQUIRED_PARTS) <= {t.part for t in self.tests if not t.hidden}
+
+    @property
+    def scope(self) -> str:
+        """What an incomplete run's points are of: 'the modules run', or 'the tests run' after -k or -m."""
+        return "the tests run" if self.deselected else "the modules run"
 
     @property
     def worth(self) -> float:
@@ -467,13 +475,13 @@ class Report:
         """The table's total, after the score: '100', '100  (with 20 bonus)', or, for some modules only,
         '20 of the modules run (100 in the course)'."""
         if not self.complete:
-            return f"{num(self.worth)} of the modules run ({COURSE_POINTS} in the course)"
+            return f"{num(self.worth)} of {self.scope} ({COURSE_POINTS} in the course)"
         bonus = total(t.score for t in self.tests if t.bonus)
         return f"{num(self.worth):<3}" + (f"  (with {num(bonus)} bonus)" if bonus else "")
 
     def points(self) -> str:
         """The headline: '20 / 100 points', or '20 / 20 points of the modules run'."""
-        return f"{num(self.score)} / {num(self.worth)} points" + ("" if self.complete else " of the modules run")
+        return f"{num(self.score)} / {num(self.worth)} points" + ("" if self.complete else f" of {self.scope}")
 
     def parts(self) -> dict[tuple[str, bool], list[TestResult]]:
         """Tests by (part, hidden), in the order they ran: the graded modules first."""
