@@ -28,13 +28,15 @@ def visible(query_pos, key_pos, causal: bool = True, window: int | None = None, 
     return seen
 
 
-def _bias(n: int, causal: bool, window: int | None, sink_tokens: int) -> torch.Tensor:
-    """[n, n] float64: 0 where a query sees a key, -inf where it does not."""
+def _bias(n_q: int, n_k: int, causal: bool, window: int | None, sink_tokens: int):
+    """What the scores [.., n_q, n_k] get added: 0 where a query sees a key, -inf where it does not (0 alone
+    without a mask: every query sees every key, however many each side has)."""
+    if window is None and not causal:
+        return 0.0
     if window is None:
-        return _causal_bias(n) if causal else torch.zeros(n, n, dtype=torch.float64)
-    positions = torch.arange(n)
-    seen = visible(positions, positions, causal, window, sink_tokens)
-    return torch.zeros(n, n, dtype=torch.float64).masked_fill(~seen, float("-inf"))
+        return _causal_bias(n_q)
+    seen = visible(torch.arange(n_q), torch.arange(n_k), causal, window, sink_tokens)
+    return torch.zeros(n_q, n_k, dtype=torch.float64).masked_fill(~seen, float("-inf"))
 
 
 def _attend(scores, v, sinks):
@@ -80,7 +82,7 @@ def reference_attention(q, k, v, causal: bool = True, sm_scale: float | None = N
     k64, v64 = k64[:, kv_head_of], v64[:, kv_head_of]
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(q64.shape[-1])
-    scores = (q64 @ k64.transpose(-1, -2)) * sm_scale + _bias(q64.shape[2], causal, window, sink_tokens)
+    scores = (q64 @ k64.transpose(-1, -2)) * sm_scale + _bias(q64.shape[2], k64.shape[2], causal, window, sink_tokens)
     return _attend(scores, v64, None if sinks is None else sinks.detach().to("cpu", torch.float64))
 
 
@@ -106,7 +108,7 @@ def reference_gradients(q, k, v, do, causal: bool = True, sm_scale: float | None
         kv_head_of = torch.arange(n_q_heads) // (n_q_heads // n_kv_heads)
         scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q64.shape[-1])
         scores = (q64 @ k64[:, kv_head_of].transpose(-1, -2)) * scale
-        scores = scores + _bias(q64.shape[2], causal, window, sink_tokens)
+        scores = scores + _bias(q64.shape[2], k64.shape[2], causal, window, sink_tokens)
         out, _ = _attend(scores, v64[:, kv_head_of], sink64)
         inputs = (q64, k64, v64) if sink64 is None else (q64, k64, v64, sink64)
         return torch.autograd.grad(out, inputs, do.detach().to("cpu", torch.float64))

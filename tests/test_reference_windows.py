@@ -87,7 +87,7 @@ def test_the_gradients_with_a_window_and_sinks_pass_gradcheck():
     sinks = torch.tensor([0.2, -0.4], dtype=torch.float64)
 
     def loss(q_, k_, v_, s_):  # the reference's forward, differentiable: the maths reference_gradients runs
-        scores = (q_ @ k_.repeat_interleave(2, 1).transpose(-1, -2)) / 2 + reference._bias(5, True, 3, 1)
+        scores = (q_ @ k_.repeat_interleave(2, 1).transpose(-1, -2)) / 2 + reference._bias(5, 5, True, 3, 1)
         return reference._attend(scores, v_.repeat_interleave(2, 1), s_)[0]
 
     inputs = [t.clone().requires_grad_(True) for t in (q, k, v, sinks)]
@@ -124,3 +124,12 @@ def test_bad_window_or_sink_arguments_are_named(kwargs, named):
     q, k, v = _inputs()
     with pytest.raises(ValueError, match=named):
         reference.reference_attention(q, k, v, **kwargs)
+
+
+def test_without_a_mask_queries_and_keys_may_differ_in_number():
+    """Notebook 03 attends 12 queries to each half of 12 keys, unmasked: the reference takes any key count."""
+    q, k, v = _inputs(n=12)
+    o_a, lse_a = reference.reference_attention(q, k[:, :, :6], v[:, :, :6], causal=False)
+    o_b, lse_b = reference.reference_attention(q, k[:, :, 6:], v[:, :, 6:], causal=False)
+    o, lse = reference.reference_attention(q, k, v, causal=False)
+    torch.testing.assert_close(torch.logaddexp(lse_a, lse_b), lse, rtol=0, atol=1e-12)
