@@ -106,3 +106,21 @@ def test_zigzag_gives_every_rank_the_same_causal_work_and_contiguous_does_not(wo
     assert contiguous == [r + 0.5 for r in range(world_size)], f"contiguous work per rank: {contiguous}"
     assert sum(zigzag) == 4 * sum(contiguous), "zigzag's chunks are half as long: a quarter of the area each"
     assert context_parallel.chunk_ids(0, world_size, "zigzag") == (0, 2 * world_size - 1)
+
+
+@pytest.mark.timeout(240)
+def test_ranks_start_from_a_script_read_on_stdin():
+    """`python -` (or -c) names a main file that does not exist ('<stdin>'): every spawned rank died re-running
+    it, and the ring check said FAIL of the student's ring.py."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("from gqa_flash.course.lab import ring_run\n"
+              "cases = [dict(seed=1, batch=1, hq=2, hkv=1, n=8, d=8, causal=True, layout='zigzag', "
+              "dtype=__import__('torch').float32)]\n"
+              "ring_run.values(ring_run.run_on_cpu(ring_run.ring_cases, 2, cases))\n"
+              "print('ranks ran')\n")
+    env = dict(os.environ, GQA_FLASH_IMPL="solutions")
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=env, timeout=200)
+    assert done.returncode == 0 and "ranks ran" in done.stdout, done.stderr[-2000:]

@@ -12,7 +12,9 @@ module's top-level function), as spawned processes find it so.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import sys
 import tempfile
 import time
 import traceback
@@ -53,8 +55,9 @@ def run_on_cpu(fn, world_size, *args, timeout_s=DEFAULT_TIMEOUT_S, deadline_s=No
         context = mp.get_context("spawn")
         processes = [context.Process(target=_worker, args=(rank, world_size, folder, timeout_s, fn, args))
                      for rank in range(world_size)]
-        for p in processes:
-            p.start()
+        with _main_without_a_phantom_file():
+            for p in processes:
+                p.start()
         stop = time.monotonic() + deadline_s
         for p in processes:
             p.join(max(0.0, stop - time.monotonic()))
@@ -71,6 +74,24 @@ def run_on_cpu(fn, world_size, *args, timeout_s=DEFAULT_TIMEOUT_S, deadline_s=No
             else:
                 results.append(("error", f"rank {rank} ended (exit code {p.exitcode}) without a result"))
         return results
+
+
+@contextlib.contextmanager
+def _main_without_a_phantom_file():
+    """A spawned process re-runs the parent's ``__main__`` from its file. A script read from stdin (``python -``)
+    or given with ``-c`` names a file that does not exist ('<stdin>'), and every rank died of it before its
+    first line: hide such a name while the ranks start (the workers are this module's, and need no main)."""
+    main = sys.modules.get("__main__")
+    named = getattr(main, "__file__", None) if main is not None else None
+    phantom = isinstance(named, str) and not Path(named).is_file()
+    saved = main.__file__ if phantom else None
+    if phantom:
+        del main.__file__
+    try:
+        yield
+    finally:
+        if phantom:
+            main.__file__ = saved
 
 
 def values(results):
