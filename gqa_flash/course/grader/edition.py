@@ -28,7 +28,7 @@ instructor's data), the benchmark's exploration and probe scripts, and
 them; the student edition keeps that text, not the files, and each page that cites
 such files says so under its title).
 :func:`leaks` lists every line of a solution region that can still be read
-anywhere in an edition; ``tests/test_edition.py`` holds it to none, and proves
+anywhere in an edition; ``tests/course/test_edition.py`` holds it to none, and proves
 the edition works: 0 points on its stubs, full marks with the solutions copied
 in, the fast kernels on a CPU, and ``make lab`` answering.
 
@@ -75,12 +75,12 @@ LEFT_OUT = (
 # The course's own checks that need no solutions: the edition's `make test` runs them.
 EDITION_TESTS = (
     "tests/conftest.py",
-    "tests/test_fast_kernels.py",  # the fast kernels against the float64 reference
-    "tests/test_notebooks.py",  # every notebook runs to its end on the student's files
-    "tests/test_points.py",  # the grading contract: points and timeouts
-    "tests/test_runtime.py",  # GPU or interpreter, and the implementation switch
-    "tests/test_validation.py",  # bad input gets an error naming the argument
-    "tests/test_bench_decode.py",  # the decode benchmark's logic, on a CPU
+    "tests/given/test_fast_kernels.py",  # the fast kernels against the float64 reference
+    "tests/given/test_notebooks.py",  # every notebook runs to its end on the student's files
+    "tests/given/test_points.py",  # the grading contract: points and timeouts
+    "tests/given/test_runtime.py",  # GPU or interpreter, and the implementation switch
+    "tests/given/test_validation.py",  # bad input gets an error naming the argument
+    "tests/given/test_bench_decode.py",  # the decode benchmark's logic, on a CPU
 )
 IGNORED_PARTS = {".git", ".venv", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".scratch", "build"}
 

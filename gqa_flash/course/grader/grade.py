@@ -33,7 +33,7 @@ A submission that holds nothing to grade (``Submission.stop``: an empty zip, a
 notebook only) runs no test: each part scores 0, with its one note.
 
 A module the student has not started (its file is still the stub, see
-:func:`not_started`) runs no test: a stub passes none (tests/test_not_started.py),
+:func:`not_started`) runs no test: a stub passes none (tests/grader/test_not_started.py),
 so each of its tests scores 0 at once, and it is reported as one line, "not
 started", in the table and in Gradescope's results. A run of some modules only (``--only``, ``make grade
 MODULE=...``) counts its points out of those modules' own
@@ -89,7 +89,7 @@ from gqa_flash.course.grader.testrun import Limits, TestResult
 
 __all__ = ["GradeBook", "Report", "grade", "grade_batch", "main", "table"]
 
-# The points of the required modules (tests/test_points.py holds the graded tests to it); bonus on top.
+# The points of the required modules (tests/given/test_points.py holds the graded tests to it); bonus on top.
 COURSE_POINTS = 100
 REQUIRED_PARTS = tuple(m for m in layout.GRADED_MODULES if m not in layout.BONUS_MODULES)
 

@@ -1,6 +1,6 @@
 """What the notebooks say, read from their files: verdicts, GPUs, cited files, and the pictures' words.
 
-tests/test_notebooks.py runs the notebooks on the stubs, and nbval compares the
+tests/given/test_notebooks.py runs the notebooks on the stubs, and nbval compares the
 check cells with their stored outputs; neither reads the text. These tests read
 the stored notebooks (outputs from a run with the solutions) and the pictures'
 functions, for what a student reading them would trip on: a check cell that

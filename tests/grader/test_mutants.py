@@ -26,7 +26,7 @@ import pytest
 from gqa_flash.course import impl
 from gqa_flash.course.grader import grade, sandbox, testrun
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import MUTANTS  # noqa: E402
 
 SOLUTIONS = impl.SOLUTIONS_DIR
