@@ -30,7 +30,7 @@ test-lint: setup
 BROWSER_NOTEBOOKS ?= 00_setup_and_map,04_triton_kernel
 test-pytest: setup
 	VENV=$(VENV) bash tests/browser/install.sh
-	bash tests/install_bubblewrap.sh
+	bash tests/grader/install_bubblewrap.sh
 	GQA_FLASH_IMPL=solutions GQA_FLASH_BROWSER_NOTEBOOKS=$(BROWSER_NOTEBOOKS) \
 	  $(BIN)/python -m pytest tests -n $(WORKERS) --dist loadfile
 
@@ -70,4 +70,4 @@ student-edition: setup
 # picks the version), then run_autograder grades three submissions. Minutes, and a torch download:
 # not part of make test.
 test-gradescope: setup
-	GQA_FLASH_TEST_GRADESCOPE=1 $(BIN)/python -m pytest tests/test_gradescope_layout.py -p no:cacheprovider -s
+	GQA_FLASH_TEST_GRADESCOPE=1 $(BIN)/python -m pytest tests/grader/test_gradescope_layout.py -p no:cacheprovider -s

@@ -40,7 +40,7 @@ where rounding may settle a near-tie either way.
 Every row carries the date, GPU, driver, torch, triton and the switch (gqa_flash.course.lab.bench.environment()).
 ``--smoke`` runs the script's logic with a tiny model (dim 32, 4 query heads on 2 KV heads, 2 layers);
 on a machine without a GPU, in Triton's interpreter, with the eager loops only and fp32: to check the
-script before a GPU run (tests/test_generate.py does).
+script before a GPU run (tests/api/test_generate.py does).
 """
 
 from __future__ import annotations

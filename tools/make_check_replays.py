@@ -7,7 +7,7 @@ cause by comparing it with what each usual mistake returns on the same case. Tho
 ``tiled64`` below: tiled.py's tile walk in float64 with one mistake switched on. With none switched on it
 *is* tiled.py's answer, so it lives here, outside the package (the student edition leaves ``tools/``
 out), and the package ships only its outputs (``gqa_flash/course/lab/checks/replays.py`` reads them).
-tests/test_check_replays.py checks that the committed file is what this script writes.
+tests/checks/test_check_replays.py checks that the committed file is what this script writes.
 """
 
 import sys

@@ -14,7 +14,7 @@ It holds:
   printed values could give answers away), and ``notebooks/data/``, the
   measurements the notebooks and the README read;
 * the graded tests, and the course's own checks that need no solutions
-  (:data:`EDITION_TESTS`), which the edition's ``make test`` runs for its CI;
+  (``tests/given/``), which the edition's ``make test`` runs for its CI;
 * a README for students, built from the instructor's README: the blocks marked
   ``<!-- edition: NAME -->`` ... ``<!-- /edition -->`` there, set into
   :data:`README_TEMPLATE` (one source for the text both editions share);
@@ -28,7 +28,7 @@ instructor's data), the benchmark's exploration and probe scripts, and
 them; the student edition keeps that text, not the files, and each page that cites
 such files says so under its title).
 :func:`leaks` lists every line of a solution region that can still be read
-anywhere in an edition; ``tests/test_edition.py`` holds it to none, and proves
+anywhere in an edition; ``tests/course/test_edition.py`` holds it to none, and proves
 the edition works: 0 points on its stubs, full marks with the solutions copied
 in, the fast kernels on a CPU, and ``make lab`` answering.
 
@@ -60,6 +60,7 @@ COURSE_DIR = layout.COURSE_DIR
 # What ships, as path prefixes of the course's own files (tracked by git, or on disk outside ignored folders).
 SHIPPED = (
     "gqa_flash/", "notebooks/", "tests/graded/", "tests/gpu/", "bench/", "pyproject.toml", "environment.yml",
+    "tests/conftest.py", "tests/given/",  # the tests that need no solutions, whole: the edition's `make test`
     "docs/api.md", "docs/performance.md",  # not docs/instructors.md: the instructor's guide stays here
     "course.mk", ".gitignore",
 )
@@ -69,16 +70,6 @@ LEFT_OUT = (
     "bench/record/",  # the instructor's record: measurements no notebook reads (gqa_flash.course.lab.results)
     "bench/grading_times.py",  # times the grader on submissions written from solutions/
     "bench/out/",  # results of the bench scripts run here (git ignores them)
-)
-# The course's own checks that need no solutions: the edition's `make test` runs them.
-EDITION_TESTS = (
-    "tests/conftest.py",
-    "tests/test_fast_kernels.py",  # the fast kernels against the float64 reference
-    "tests/test_notebooks.py",  # every notebook runs to its end on the student's files
-    "tests/test_points.py",  # the grading contract: points and timeouts
-    "tests/test_runtime.py",  # GPU or interpreter, and the implementation switch
-    "tests/test_validation.py",  # bad input gets an error naming the argument
-    "tests/test_bench_decode.py",  # the decode benchmark's logic, on a CPU
 )
 IGNORED_PARTS = {".git", ".venv", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".scratch", "build"}
 
@@ -144,7 +135,7 @@ gqa_flash/course/lab/      what the notebooks use: the checks, the pictures, the
 gqa_flash/course/grader/   the grader behind make grade
 docs/               api.md (the public API), performance.md (the kernels' speed, measured)
 tests/graded/       the graded tests (make test-graded)
-tests/              the edition's own checks (make test), tests/gpu/ on a GPU
+tests/given/        the edition's own checks (make test), tests/gpu/ on a GPU
 bench/              the scripts that measured notebooks/data/ on a GPU, and RESULTS.md
 ```
 
@@ -197,7 +188,7 @@ def plan(course_dir: Path = COURSE_DIR) -> dict[str, bytes]:
     """The edition's files: {relative path: content}."""
     files: dict[str, bytes] = {}
     for name in course_files(course_dir):
-        if name.startswith(LEFT_OUT) or not (name.startswith(SHIPPED) or name in EDITION_TESTS):
+        if name.startswith(LEFT_OUT) or not name.startswith(SHIPPED):
             continue
         content = (course_dir / name).read_bytes()
         if name.startswith("notebooks/") and name.endswith(".ipynb"):

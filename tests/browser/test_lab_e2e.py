@@ -1,6 +1,6 @@
 """The course as a student meets it: JupyterLab in a real browser, every notebook run from the page.
 
-nbval and tests/test_notebooks.py run the notebooks through a kernel; this test
+nbval and tests/given/test_notebooks.py run the notebooks through a kernel; this test
 goes through the page a student sees. For each variant it starts JupyterLab
 with the README's course command (``make lab``, on a free loopback port, with a
 token of its own), opens Debian's Chromium through Playwright, and for every
@@ -62,7 +62,7 @@ PUZZLE_NOTEBOOKS = ("03b_triton_primer",)
 
 def _chosen_notebooks():
     """GQA_FLASH_BROWSER_NOTEBOOKS="00_setup_and_map,04_triton_kernel" runs those only (make test does, to
-    stay quick: nbval and tests/test_notebooks.py run every notebook through a kernel anyway); default all."""
+    stay quick: nbval and tests/given/test_notebooks.py run every notebook through a kernel anyway); default all."""
     wanted = [w.strip() for w in os.environ.get("GQA_FLASH_BROWSER_NOTEBOOKS", "").split(",") if w.strip()]
     if not wanted:
         return ALL_NOTEBOOKS

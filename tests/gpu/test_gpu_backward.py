@@ -98,7 +98,7 @@ def test_fast_kernels_second_call_launches_the_pick_on_gpu(d, seed):
     """From a key's second call the fast kernels launch the autotuner's pick directly (``_picks``,
     gqa_flash/fast/forward.py and backward.py): those launches must give the bits of the autotuned first
     call, forward and backward (both deterministic: two passes, no atomics). That they carry the pick's
-    warps, stages and register cap is checked on the CPU (tests/test_fast_kernels.py)."""
+    warps, stages and register cap is checked on the CPU (tests/given/test_fast_kernels.py)."""
     from gqa_flash.fast import forward as fast_forward
 
     # A length no other test used (the first call is the autotuner's), below GLUON_MIN_SEQ_LEN: on an H100

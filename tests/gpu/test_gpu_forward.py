@@ -110,7 +110,7 @@ def test_every_fast_config_on_gpu(index, seed):
     config it admits that does not fit the GPU after all fails here (``fits()`` would have to learn why).
     Two query heads a program skip the cases whose KV groups are odd (MHA). (That HEADS reaches the
     kernel is checked on the CPU:
-    tests/test_fast_kernels.py fails when a program pairs the wrong heads.)"""
+    tests/given/test_fast_kernels.py fails when a program pairs the wrong heads.)"""
     c = TESTED_CONFIGS[index]
     config = c.all_kwargs()  # the tile, warps, stages and a register cap if it has one
     checked = []

@@ -3,7 +3,7 @@
 A mutant is a solution with one bug put in (a few edits of its text, each
 ``old`` found exactly once). Each graded module's mutants live in a file of
 their own (``naive.py``, ``forward.py``...); this module defines what a mutant
-is and gathers them all in ``MUTANTS``, in course order. ``tests/test_mutants.py`` grades each mutant on
+is and gathers them all in ``MUTANTS``, in course order. ``tests/grader/test_mutants.py`` grades each mutant on
 the tests of the module it touches and asserts that it loses points there.
 
 Every mutant costs one run of its module's tests (about 4 s for naive.py, 9 s

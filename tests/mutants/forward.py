@@ -7,7 +7,7 @@ stored in: measured 8, and 8.5 where the int64 probe of the LSE's stores sees it
 loses what its one test is worth (a missing ``other`` 1, int32 offsets 0.5 each, walking past the
 diagonal 2). The three that a whole-kernel run on a CPU cannot show (no ``other``, int32 offsets in
 Parts 2 and 6) and V read with K's strides must also be named by notebook 04's checks:
-tests/test_forward_checks.py.
+tests/checks/test_forward_checks.py.
 """
 
 from mutants.catalog import _m

@@ -12,7 +12,7 @@ scripts:
   --out /autograder/results/results.json`` (:mod:`gqa_flash.course.grader.gradescope` writes that file).
 
 ``AUTOGRADER_ROOT`` moves ``/autograder`` (both scripts) and ``GQA_FLASH_PYTHON`` overrides run_autograder's
-Python, so that the course's own tests can run the bundle in a temporary folder (tests/test_gradescope_layout.py:
+Python, so that the course's own tests can run the bundle in a temporary folder (tests/grader/test_gradescope_layout.py:
 run_autograder with the current Python on every ``make test``; setup.sh and three submissions with
 ``make test-gradescope``).
 

@@ -34,7 +34,7 @@ notebook only) runs no test: each part scores 0, with its one note.
 
 A module the student has not started (its file is still the stub, see
 :func:`~gqa_flash.course.grader.started.not_started`) runs no test: a stub
-passes none (tests/test_not_started.py), so each of its tests scores 0 at
+passes none (tests/grader/test_not_started.py), so each of its tests scores 0 at
 once, and it is reported as one line, "not started", in the table and in
 Gradescope's results. A run of some modules only (``--only``, ``make grade
 MODULE=...``) counts its points out of those modules' own

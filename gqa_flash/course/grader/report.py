@@ -43,7 +43,7 @@ NOT_GRADED = "not graded"  # the one test of each part of a submission that held
 NOTHING_GRADED = "nothing graded: "  # how the review column begins for such a submission
 
 
-# The points of the required modules (tests/test_points.py holds the graded tests to it); bonus on top.
+# The points of the required modules (tests/given/test_points.py holds the graded tests to it); bonus on top.
 COURSE_POINTS = 100
 REQUIRED_PARTS = tuple(m for m in layout.GRADED_MODULES if m not in layout.BONUS_MODULES)
 

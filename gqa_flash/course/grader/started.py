@@ -1,7 +1,7 @@
 """Modules not started: a graded file that is still, comments aside, the stub the course hands out.
 
 Such a module's tests are not run (:func:`parts_not_started`, read by :mod:`gqa_flash.course.grader.testrun`): a stub
-passes none of them (tests/test_not_started.py runs them all on the stubs), so they would score 0 after minutes of
+passes none of them (tests/grader/test_not_started.py runs them all on the stubs), so they would score 0 after minutes of
 the interpreter. Each of its tests scores 0, and the module is reported as one line, "not started", in the table
 and in Gradescope's results (:func:`mark_not_started`). A course with its completed files computes the stubs'
 fingerprints from them; the student edition and the Gradescope bundle carry them in :data:`STUB_PRINTS`. A
@@ -101,7 +101,7 @@ def mark_not_started(tests: list[TestResult], files: dict[str, bytes], graded_fi
     """Mark the tests of each module whose submitted file (``files``) is still its stub; returns those modules.
 
     Their tests were not run (:func:`parts_not_started`), or ran and failed (a stub passes none:
-    tests/test_not_started.py), so marking changes no points, only the report: one line per module, "not
+    tests/grader/test_not_started.py), so marking changes no points, only the report: one line per module, "not
     started", instead of a failure per test."""
     prints = stub_fingerprints() if prints is None else prints
     marked = []

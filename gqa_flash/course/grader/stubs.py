@@ -148,7 +148,7 @@ def solution_lines(text: str) -> dict[str, list[str]]:
     """The code lines of each part's solution regions (comments and blank lines left out), by part.
 
     What a student writes, measured: the course asks for a real kernel, and a
-    test (tests/test_release.py) holds these counts to a floor. The lines also
+    test (tests/course/test_release.py) holds these counts to a floor. The lines also
     serve the leak check: none of them may appear in anything a student gets.
     """
     parts: dict[str, list[str]] = {}

@@ -58,7 +58,8 @@ class Limits:
     max_file_mb: float = 256  # the largest file the test process may write (a submission that prints forever)
     memory_gb: float = 16  # address space of the test process, on a machine with no GPU
     first_failure: bool = False  # stop at the first failing test (a quick "does it lose points?"; the rest: not run)
-    # Run the tests of a module still holding its stub too (they all fail: tests/test_not_started.py runs them so).
+    # Run the tests of a module still holding its stub too (they all fail: tests/grader/test_not_started.py runs
+    # them so).
     run_not_started: bool = False
     # The defences before and around the student's code; off only in the grader's own tests of those beneath.
     gate: bool = True  # the static gate (gqa_flash.course.grader.gate): a refused file never runs

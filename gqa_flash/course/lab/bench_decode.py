@@ -62,7 +62,7 @@ from gqa_flash.course import runtime
 from gqa_flash.course.lab.bench import ENVIRONMENT, environment
 
 Q_HEADS, KV_HEADS, HEAD_DIM, NEW_TOKENS, PAGE_SIZE = 32, 8, 128, 1, 16
-DEVICE, DTYPE = "cuda", torch.bfloat16  # (tests/test_bench_decode.py runs the sweep's logic on a CPU in fp32)
+DEVICE, DTYPE = "cuda", torch.bfloat16  # (tests/given/test_bench_decode.py runs the sweep's logic on a CPU in fp32)
 BATCHES = (1, 8, 64)
 CONTEXTS = (1024, 8192, 32768, 131072)
 PROVIDERS = ("sdpa_default", "flash_decode", "flex", "course_prefill", "course_prefill_padded")

@@ -107,5 +107,5 @@ def test_the_student_writes_the_kernel():
         assert count >= floor, f"solutions/{name}: {count} lines of code in the solution regions, fewer than {floor}"
 
 
-# What a student can read is checked on what a student receives: tests/test_edition.py builds the
+# What a student can read is checked on what a student receives: tests/course/test_edition.py builds the
 # student edition and finds no solution line anywhere in it.

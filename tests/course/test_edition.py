@@ -92,8 +92,8 @@ def test_the_edition_holds_what_a_student_needs_and_no_instructor_file(student_e
                  "tests/graded/conftest.py", "gqa_flash/fast/forward.py", "notebooks/data/h200_forward_main.csv"):
         assert (dest / name).is_file(), f"the edition has no {name}"
     assert os.access(dest / ".ci" / "run", os.X_OK)
-    for name in ("solutions", "tests/mutants", "tools", "tests/test_mutants.py", "tests/test_grade.py",
-                 "tests/test_release.py", "tests/test_edition.py", "tests/browser",
+    for name in ("solutions", "tests/mutants", "tools", "tests/grader/test_mutants.py", "tests/grader/test_grade.py",
+                 "tests/course/test_release.py", "tests/course/test_edition.py", "tests/browser",
                  "tools/release.py", "tools/student_edition.py"):
         assert not (dest / name).exists(), f"the edition holds {name}, an instructor's file"
     # The graded files are the stubs written from solutions/, whatever the instructor's gqa_flash/ holds.
@@ -138,8 +138,8 @@ def test_every_doc_a_shipped_file_cites_is_in_the_edition(student_edition):
 def test_the_editions_bench_holds_no_probe_and_its_data_only_what_is_read(student_edition):
     """bench/ keeps RESULTS.md, the shell scripts and the Python scripts that made a file of notebooks/data/;
     the probes, the explorations and bench/record/ stay with the instructor. notebooks/data/ holds what a
-    notebook or the README reads (tests/test_results.py finds the readers), at most five files not CSV."""
-    from test_results import MAX_NOT_CSV, files_read  # tests/ is on the path, as for conftest.py
+    notebook or the README reads (tests/course/test_results.py finds the readers), at most five files not CSV."""
+    from test_results import MAX_NOT_CSV, files_read  # tests/course/ is on the path, as for every test file
 
     dest, files = student_edition
     bench = sorted(name.removeprefix("bench/") for name in files if name.startswith("bench/"))

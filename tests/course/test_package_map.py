@@ -7,10 +7,14 @@ package without a row fails here, as does a row whose points, check or notebook 
 """
 
 import re
+import sys
+from pathlib import Path
 
 from gqa_flash.course import layout
 from gqa_flash.course.lab import checks
-from test_points import graded_tests  # tests/ is on the path, as for conftest.py
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "given"))  # tests/given/, where test_points.py is
+from test_points import graded_tests  # noqa: E402
 
 MAP = layout.PACKAGE_DIR / "README.md"
 ROW = re.compile(r"^\| `(?P<entry>[^`]+)` \|(?P<who>[^|]+)\|(?P<what>[^|]+)\|(?P<notebook>[^|]*)\|"

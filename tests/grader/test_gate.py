@@ -14,7 +14,7 @@ import pytest
 from gqa_flash.course.grader import stubs
 from gqa_flash.course.grader.gate import EXERCISES, Violation, check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GRADED = sorted(EXERCISES)
 STUBS = {path.name: text for path, text in stubs.plan(ROOT / "solutions", ROOT / "gqa_flash").items()}
 HEADS = {  # what each kind of file starts with: its stub's imports

@@ -16,7 +16,7 @@ import pytest
 from gqa_flash.course import impl, runtime
 from gqa_flash.course.lab.checks import kernel_parts, kernel_walk, probes
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import MUTANTS, _m  # noqa: E402
 
 SOLUTION = impl.SOLUTIONS_DIR / "forward.py"

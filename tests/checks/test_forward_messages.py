@@ -20,7 +20,7 @@ import triton.language as tl
 from gqa_flash.course import impl, runtime
 from gqa_flash.course.lab.checks import kernel, kernel_parts, kernel_walk, triton_errors, verdict
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import MUTANTS, serve  # noqa: E402
 
 SOLUTION = impl.SOLUTIONS_DIR / "forward.py"

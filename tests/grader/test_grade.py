@@ -530,7 +530,7 @@ def test_a_process_left_running_in_a_session_of_its_own_is_killed(tmp_path, monk
     assert not _alive(pid), f"the child {pid} the submission started with setsid outlived its grading"
 
 
-# --- one module at a time, and modules not started (the reports themselves: tests/test_points.py) ---------
+# --- one module at a time, and modules not started (the reports themselves: tests/given/test_points.py) ---------
 
 
 def _stub(name: str) -> str:

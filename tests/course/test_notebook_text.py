@@ -1,6 +1,6 @@
 """What the notebooks say, read from their files: verdicts, GPUs, cited files, and the pictures' words.
 
-tests/test_notebooks.py runs the notebooks on the stubs, and nbval compares the
+tests/given/test_notebooks.py runs the notebooks on the stubs, and nbval compares the
 check cells with their stored outputs; neither reads the text. These tests read
 the stored notebooks (outputs from a run with the solutions) and the pictures'
 functions, for what a student reading them would trip on: a check cell that
@@ -142,7 +142,7 @@ def test_notebook_07_says_where_the_split_heuristic_lives():
 
 def _ships(path: str) -> bool:
     """Whether the student edition holds a file, or a folder's files (tools/student_edition.py)."""
-    return not path.startswith(edition.LEFT_OUT) and (path.startswith(edition.SHIPPED) or path in edition.EDITION_TESTS)
+    return not path.startswith(edition.LEFT_OUT) and path.startswith(edition.SHIPPED)
 
 
 @pytest.mark.parametrize("name", [p.stem for p in NOTEBOOKS])

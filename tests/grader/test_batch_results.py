@@ -3,7 +3,7 @@
 Results files keep the submission's readable name and record it; the CSV is sorted by submission, has a
 ``review`` column for rows that need a second look, and a batch ends with a summary on stdout;
 ``--regrade`` replaces a row; every total of points is exact. Most tests here fake the test run
-(:func:`fake_run`): what they check is the bookkeeping around it, and tests/test_grade.py runs the real
+(:func:`fake_run`): what they check is the bookkeeping around it, and tests/grader/test_grade.py runs the real
 thing. One batch grades one real submission (naive.py only), and the points are read from the real graded
 tests by collecting them (nothing runs).
 """

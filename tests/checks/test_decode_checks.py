@@ -21,7 +21,7 @@ import pytest
 from gqa_flash.course import impl
 from gqa_flash.course.lab.checks import decode_parts
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import MUTANTS, Mutant, serve  # noqa: E402
 
 GROUP, PAGES, SPLIT, MERGE = decode_parts.PART_CHECKS

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-COURSE_DIR = Path(__file__).resolve().parents[1]
+COURSE_DIR = Path(__file__).resolve().parents[2]
 
 # Runs in the copy. Each case: q's layout, dtype, head dim; forward (O and LSE) through
 # fast_attention_forward, then forward and backward through flash_attention(..., fast=True)

@@ -17,8 +17,8 @@ import torch
 from gqa_flash.course.lab.checks import kernel, replays, tiled
 from gqa_flash.reference import reference_attention
 
-COURSE = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
+COURSE = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import MUTANTS, serve  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from gqa_flash.course.lab.checks import backward, backward_walks
 from gqa_flash.course.lab import tiny_model
 from gqa_flash.course.lab.checks.cases import LOG2E
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import MUTANTS, _m, serve  # noqa: E402
 
 

@@ -178,18 +178,16 @@ def cited_paths(notebook: str) -> set[str]:
 
 
 def edition_rules() -> dict[str, tuple[str, ...]]:
-    """SHIPPED, LEFT_OUT and EDITION_TESTS of tools/student_edition.py, read as literals (importing it would
+    """SHIPPED and LEFT_OUT of tools/student_edition.py, read as literals (importing it would
     import the whole grader)."""
     tree = ast.parse((layout.COURSE_DIR / "tools" / "student_edition.py").read_text())
     return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in
-            ("SHIPPED", "LEFT_OUT", "EDITION_TESTS")}
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in ("SHIPPED", "LEFT_OUT")}
 
 
 def shipped(path: str) -> bool:
     rules = edition_rules()
-    return ((path.startswith(rules["SHIPPED"]) and not path.startswith(rules["LEFT_OUT"]))
-            or path in rules["EDITION_TESTS"])
+    return path.startswith(rules["SHIPPED"]) and not path.startswith(rules["LEFT_OUT"])
 
 
 def test_the_path_rule_knows_what_ships():

@@ -14,7 +14,7 @@ import pytest
 from gqa_flash.course import impl
 from gqa_flash.course.lab.checks import naive, softmax, tiled
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import serve  # noqa: E402
 
 

@@ -4,7 +4,7 @@ Why: issue 46 found a grade no submission should reach. Closing routes one at a 
 grader was rebuilt in layers (the static gate, the executor's audit hook, the own-work and kernel-only guards,
 the OS sandbox, the judge apart). This catalogue is what those layers are held to: for each *class* of route
 (a way of cheating, not one trick) at least two cases, each the whole graded file a determined student would
-hand in after reading the grader's code, which ships with the course. tests/test_routes.py grades every one on
+hand in after reading the grader's code, which ships with the course. tests/grader/test_routes.py grades every one on
 the instructor's course (it holds ``solutions/``) and checks that it earns nothing, is flagged with the line
 that did it, and leaves the grader's records alone.
 

@@ -92,7 +92,7 @@ def test_a_batch_of_every_kind_is_graded_right_with_one_readable_note_each(tmp_p
     assert note("platform") == "graded leekim_34567_890123_naive.py as naive.py (a Canvas download name)"
     assert row["platform"]["review"] == "a file graded under another name"
     # A whole course folder: one line, not a note per course file. This run grades naive.py only: the folder's
-    # other graded files (here its stubs) are not named (tests/test_intake.py: a whole run names them).
+    # other graded files (here its stubs) are not named (tests/grader/test_intake.py: a whole run names them).
     assert note("course folder") == (
         f"a whole course folder: graded naive.py from its package gqa-flash-main/gqa_flash/, ignored its other "
         f"{len(COURSE_FILES) + 1} files")

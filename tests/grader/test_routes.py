@@ -1,6 +1,6 @@
 """Every cheating route of the catalogue scores 0, is flagged with its line, and leaves the grader's records alone.
 
-Why: issue 46. The routes (tests/routes/catalog.py) are graded files a determined student writes to score
+Why: issue 46. The routes (tests/grader/routes/catalog.py) are graded files a determined student writes to score
 without writing attention, grouped by class. Each is graded as the instructor grades, on the instructor's
 course (it holds ``solutions/``, which the routes look for), one part at a time, in a batch of two at once whose
 records (a CSV row and a Gradescope results file each) are written as each finishes, while the others run.

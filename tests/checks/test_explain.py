@@ -17,7 +17,7 @@ from gqa_flash.course import impl
 from gqa_flash.course.lab.checks import naive, softmax, tiled
 from gqa_flash.course.lab.checks import verdict as v
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import serve  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (impl.SOLUTIONS_DIR / "naive.py").is_file(),

@@ -27,7 +27,7 @@ from gqa_flash.course import impl
 from gqa_flash.course.grader import grade, sandbox, testrun
 from gqa_flash.course.grader.report import table
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import MUTANTS  # noqa: E402
 
 SOLUTIONS = impl.SOLUTIONS_DIR
