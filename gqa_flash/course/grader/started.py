@@ -1,11 +1,11 @@
 """Modules not started: a graded file that is still, comments aside, the stub the course hands out.
 
-Such a module's tests are not run (:func:`parts_not_started`, read by :mod:`gqa_flash.course.grader.testrun`): a stub
-passes none of them (tests/grader/test_not_started.py runs them all on the stubs), so they would score 0 after minutes of
-the interpreter. Each of its tests scores 0, and the module is reported as one line, "not started", in the table
-and in Gradescope's results (:func:`mark_not_started`). A course with its completed files computes the stubs'
-fingerprints from them; the student edition and the Gradescope bundle carry them in :data:`STUB_PRINTS`. A
-module whose stub is unknown is never taken for not started: its tests run.
+Such a module's tests are not run (:func:`parts_not_started`, read by :mod:`gqa_flash.course.grader.testrun`): a
+stub passes none of them (tests/grader/test_not_started.py runs them all on the stubs), so they would score 0
+after minutes of the interpreter. Each of its tests scores 0, and the module is reported as one line, "not
+started", in the table and in Gradescope's results (:func:`mark_not_started`). A course with its completed files
+computes the stubs' fingerprints from them; the student edition and the Gradescope bundle carry them in
+:data:`STUB_PRINTS`. A module whose stub is unknown is never taken for not started: its tests run.
 """
 
 from __future__ import annotations
