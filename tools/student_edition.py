@@ -7,8 +7,7 @@ with every solution and every instructor-only tool taken out.
 It holds:
 
 * the package, with the graded files written afresh from ``solutions/`` as
-  stubs (whatever the instructor's ``gqa_flash/`` holds), and without the
-  release tool (it needs ``solutions/``);
+  stubs (whatever the instructor's ``gqa_flash/`` holds);
 * the notebooks with their outputs cleared (the stored outputs come from a run
   with the solutions: their PASS lines would contradict the text, and their
   printed values could give answers away), and ``notebooks/data/``, the

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # gqa_flash/, above this course/ folder
-COURSE_DIR = PACKAGE_DIR.parent
+COURSE_DIR = PACKAGE_DIR.parent  # the repository's top (notebooks/, tests/, solutions/), not gqa_flash/course/
 NOTEBOOKS_DIR = COURSE_DIR / "notebooks"
 DATA_DIR = NOTEBOOKS_DIR / "data"
 TESTS_DIR = COURSE_DIR / "tests"
@@ -44,7 +44,8 @@ class StudentFile:
 
 
 # THE REGISTRY: the files a student writes, in course order. Adding or renaming a file or a part starts here;
-# the instructor's guide ("Adding or renaming a part") lists the few pieces that cannot be derived from it.
+# the instructor's guide ("Adding or renaming a part", "Adding a student file") lists what cannot be derived
+# from it.
 STUDENT_FILES = {
     "naive": StudentFile(
         "reference.reference_attention", "01_naive_attention", "check_naive",

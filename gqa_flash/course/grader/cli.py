@@ -1,9 +1,9 @@
 """The grader's command line: ``python -m gqa_flash.course.grader [SUBMISSION ...]``.
 
 A submission is a folder, a zip or a .py file holding some of the graded
-files (``naive.py``, ``online_softmax.py``, ``tiled.py``, ``forward.py``, at
-any depth); with none, the student's own working copy (``gqa_flash/``) is
-graded. For each one the grader
+files (``layout.GRADED_FILES``: ``naive.py`` ... ``ring.py``, at any depth);
+with none, the student's own working copy (``gqa_flash/``) is graded. For
+each one the grader
 
 1. takes only the graded files, as bytes (:mod:`gqa_flash.course.grader.submission`);
 2. writes a fresh copy of the course in a temporary folder, from a snapshot

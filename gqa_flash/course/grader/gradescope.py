@@ -8,7 +8,7 @@ fields written here, as Gradescope's specification names them: ``score``, ``exec
 are of (not a field of Gradescope's; a batch's folder of results files needs it). Test points are whole
 hundredths that add up exactly to each part's points (``plugin.shares``): no 0.6667 on Gradescope, and no total
 of 134.9999. A module the student has not started (still its stub: ``started.not_started``) is one entry, "not
-started", worth its module's points, not a red entry per test: a student who skips the bonus sees two lines, not
+started", worth its module's points, not a red entry per test: a student who skips the bonus sees three lines, not
 some thirty failures. The bundle holds its stubs' fingerprints (``started.STUB_PRINTS``) to tell.
 """
 

@@ -1,4 +1,4 @@
-"""What a grading shows and keeps: the table, the CSV of a batch, the results files.
+"""What a grading shows and keeps: the report of a submission, the table, the CSV of a batch.
 
 Everything here reads a graded submission (a :class:`Report`) and writes it
 down for a person:
@@ -12,7 +12,7 @@ down for a person:
   words why each part lost points (:func:`lost`), a ``review`` column why a
   row needs a second look (:func:`review`);
 * :func:`results_names`, one readable results file name per submission
-  (``José García.zip`` -> ``José García.json``), and :func:`write_json`.
+  (``José García.zip`` -> ``José García.json``); :mod:`gqa_flash.course.grader.gradescope` writes them.
 
 The lines of a batch on the terminal are :mod:`gqa_flash.course.grader.progress`'s.
 
