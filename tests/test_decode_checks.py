@@ -148,5 +148,5 @@ def test_flash_decode_waits_for_the_parts_that_make_addresses(tmp_path, monkeypa
 
     serve(BY_NAME["decode_page_and_slot_swapped"].imported(tmp_path), "decode", monkeypatch)
     verdict = check_decode.verdict()
-    assert not verdict.ok and verdict.message == "not run yet: decode.py Part 2 (_page_slots) fails its own check above"
+    assert not verdict.ok and verdict.message == "not run yet: decode.py Part 2 (page_slots) fails its own check above"
     assert verdict.cause is None and "Parts 1 to 3" in verdict.hint, verdict  # shown at once: nothing to find out

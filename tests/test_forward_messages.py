@@ -134,7 +134,7 @@ def test_a_forgotten_qk_scale_fails_part_3_and_the_kernel_names_it(tmp_path, mon
 
 
 def test_qk_scale_missing_in_one_phase_only(tmp_path, monkeypatch):
-    masked = _SCORES + "        s = _mask_scores"
+    masked = _SCORES + "        s = mask_scores"
     plant(tmp_path, monkeypatch, (masked, masked.replace(" * qk_scale", ""), 1))
     v = failing(kernel_walk.check_key_loop, 3)
     assert v.cause.startswith("phase 2's scores are not multiplied by qk_scale"), str(v)
@@ -152,7 +152,7 @@ def test_part_3_blames_part_2_only_when_part_2_fails(tmp_path, monkeypatch):
                                   "ptrs = base + rows[:, None] * stride_col + cols[None, :] * stride_row", 1))
     assert not kernel_walk.check_load_tile.verdict().ok
     v = failing(kernel_walk.check_key_loop, 3)
-    assert "Part 2 (_load_tile) fails its own check" in v.cause and "Part 2's check" in v.hint, str(v)
+    assert "Part 2 (load_tile) fails its own check" in v.cause and "Part 2's check" in v.hint, str(v)
 
 
 # --- Part 4: Python's built-ins, and tl.dot's dtypes -----------------------------
@@ -243,12 +243,12 @@ def test_a_fixed_dtype_cast_in_tl_dot_is_the_mistake(tmp_path, monkeypatch):
 
 
 def test_swapped_arguments_of_mask_scores_blame_the_call_in_part_3(tmp_path, monkeypatch):
-    call = "s = _mask_scores(s, offs_m, offs_n,"
+    call = "s = mask_scores(s, offs_m, offs_n,"
     plant(tmp_path, monkeypatch, (call, call.replace("offs_m, offs_n", "offs_n, offs_m"), 1))
     assert kernel_parts.check_mask_scores.verdict().ok
     v = failing(kernel.check_forward, 3)
-    assert "the call in _key_loop passes its arguments in the wrong order" in v.cause, str(v)
-    assert "_mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL)" in v.hint, str(v)
+    assert "the call in key_loop passes its arguments in the wrong order" in v.cause, str(v)
+    assert "mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL)" in v.hint, str(v)
     assert "(the call in Part 3)" in v.where, str(v)
 
 
@@ -269,7 +269,7 @@ def test_scores_without_transposing_k_are_named(tmp_path, monkeypatch):
 
 
 def test_phase_two_scale_without_log2e_is_named(tmp_path, monkeypatch):
-    masked = _SCORES + "        s = _mask_scores"
+    masked = _SCORES + "        s = mask_scores"
     plant(tmp_path, monkeypatch, (masked, masked.replace(" * qk_scale", " * qk_scale * 0.6931471805599453"), 1))
     v = failing(kernel_walk.check_key_loop, 3)
     assert v.message == "computes the wrong scores", str(v)

@@ -111,7 +111,7 @@ def _seen(case: Case, n: int, bug=None, tiles=None):
     if tiles is None:
         return dq, dkdv
     bm, bn = tiles
-    first_query = (j // bn * bn) // bm * bm  # where _backward_dkdv's causal walk starts for key j's block
+    first_query = (j // bn * bn) // bm * bm  # where backward_dkdv's causal walk starts for key j's block
     end_key = torch.clamp((i // bm + 1) * bm, max=n) if case.causal else torch.full_like(i, n)  # dQ's walk ends
     if bug == "no_mask" and case.causal:  # the walks' bounds still hold; inside them, the future leaks in
         dq, dkdv = j < end_key, i >= first_query
@@ -489,7 +489,7 @@ def check_delta():
         delta = torch.full(lse.shape, float("nan"), device=lse.device)
         block_m = 32 if runtime.INTERPRETER else 64
         grid = (triton.cdiv(q.shape[2], block_m), q.shape[1], q.shape[0])  # (query blocks, heads, batch)
-        run_student("backward", lambda: bwd._backward_preprocess[grid](
+        run_student("backward", lambda: bwd.backward_preprocess[grid](
             o, do, delta, *o.stride(), *do.stride(), q.shape[2], q.shape[1],
             HEAD_DIM=q.shape[-1], HEAD_DIM_PAD=max(16, triton.next_power_of_2(q.shape[-1])), BLOCK_M=block_m),
             part=1)

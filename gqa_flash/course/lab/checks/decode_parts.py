@@ -436,7 +436,7 @@ def check_decode_split():
     """decode.py Part 3, alone (with your Part 2 finding the keys): one split's partial state, every split."""
     dec, probes = decode_parts()
     if not check_decode_pages.verdict().ok:
-        return fail("decode", 3, "not run yet: Part 2 (_page_slots) fails its own check above, and the walk "
+        return fail("decode", 3, "not run yet: Part 2 (page_slots) fails its own check above, and the walk "
                     "finds its keys through it", hint="make Part 2's check pass first")
     runs, where, first_wrong = [], None, None
     for name, c in split_cases():  # every case, even past a wrong one: a mistake is named by all three

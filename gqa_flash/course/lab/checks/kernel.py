@@ -281,7 +281,7 @@ _CALLED_BY_KEY_LOOP = (4, 5)
 
 
 def _calls_in_key_loop(helper: str) -> list[int]:
-    """The lines of Part 3 (_key_loop) in the checked file that call ``helper``."""
+    """The lines of Part 3 (key_loop) in the checked file that call ``helper``."""
     path = _file_of("forward")
     try:
         lines = path.read_text().splitlines()
@@ -308,8 +308,8 @@ def _blame_the_call(crash: Verdict, part_verdicts, fwd) -> Verdict:
                 where=where,
                 cause=(f"{part_what('forward', part)} passes its own check, where the probe calls it with the right "
                        "arguments; in the kernel Part 3 calls it, so the blocks it gets are wrong: the call in "
-                       f"_key_loop passes its arguments in the wrong order, or the wrong ones ({crash.cause})"),
-                hint=(f"compare the call of {helper} in _key_loop with its signature, {helper}({params})"
+                       f"key_loop passes its arguments in the wrong order, or the wrong ones ({crash.cause})"),
+                hint=(f"compare the call of {helper} in key_loop with its signature, {helper}({params})"
                       + (": which offsets are the query rows, and which the keys" if part == 5 else "")))
 
 

@@ -118,7 +118,7 @@ def check_online_softmax_update():
         if problem is None:
             continue
         state = tuple(got[k] for k in _STATE)
-        builtins = python_builtins_called(fwd._online_softmax_update)
+        builtins = python_builtins_called(fwd.online_softmax_update)
         if builtins:  # right on a GPU (Triton turns them into tl.maximum...), wrong in the interpreter
             cause, hint = builtins_cause(builtins), builtins_hint(builtins)
         elif matches(state, tuple(c[k] for k in _STATE), 0, 0):

@@ -101,7 +101,7 @@ def _broadcast_cause(case: Case):
     m, l = torch.randn(b, h, rows, generator=g), 1 + torch.rand(b, h, rows, generator=g)
     acc, s = torch.randn(b, h, rows, d, generator=g), torch.randn(b, h, rows, keys, generator=g)
     v = torch.randn(b, h, keys, d, generator=g)
-    for part, name, args in ((4, "_online_softmax_step", (m, l, acc, s, v)), (5, "_epilogue", (m, l, acc))):
+    for part, name, args in ((4, "online_softmax_step", (m, l, acc, s, v)), (5, "epilogue", (m, l, acc))):
         fn = getattr(mod, name, None)
         if fn is None:
             continue

@@ -44,7 +44,7 @@ BONUS = layout.BONUS_MODULES
 # carry the kernel's source, not a line of your file).
 KERNEL_PARTS = {
     "forward": {name: part for part, name in PARTS["forward"].items()},
-    "backward": {"_backward_preprocess": 1, "_backward_dkdv": 2, "_group_query_head": 3, "_backward_dq": 4},
+    "backward": {"backward_preprocess": 1, "backward_dkdv": 2, "group_query_head": 3, "backward_dq": 4},
     "decode": {name: part for part, name in PARTS["decode"].items()},
 }
 
