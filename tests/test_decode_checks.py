@@ -131,9 +131,9 @@ def test_the_part_check_names_the_mistake(name, tmp_path, monkeypatch, capsys):
 
 
 def test_a_check_shows_the_cause_only_when_run_again(tmp_path, monkeypatch, capsys):
-    from gqa_flash.course.lab.checks import verdict as verdicts
+    from gqa_flash.course.lab.checks import common
 
-    monkeypatch.setattr(verdicts, "_SEEN", {})
+    monkeypatch.setattr(common, "_SEEN", {})
     serve(BY_NAME["qk_scale_forgotten"].imported(tmp_path), "decode", monkeypatch)
     SPLIT()
     first = capsys.readouterr().out

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from gqa_flash.course import impl, runtime
-from gqa_flash.course.lab.checks import kernel, kernel_parts, kernel_walk, triton_errors, verdict
+from gqa_flash.course.lab.checks import common, kernel, kernel_parts, kernel_walk, triton_errors
 
 sys.path.insert(0, str(Path(__file__).parent))
 from mutants.catalog import MUTANTS, serve  # noqa: E402
@@ -128,7 +128,7 @@ def test_a_forgotten_qk_scale_fails_part_3_and_the_kernel_names_it(tmp_path, mon
     whole = kernel.check_forward.verdict()
     assert not whole.ok and "qk_scale" in whole.cause, str(whole)
     # Even were Part 3's check to pass, the whole kernel's check names the scale, not the course's code.
-    passing = [verdict.Verdict(True, verdict.what("forward", p), "passes") for p in range(1, 7)]
+    passing = [common.Verdict(True, common.what_of("forward", p), "passes") for p in range(1, 7)]
     whole = kernel.check_forward.verdict(passing)
     assert "never multiplied by qk_scale" in whole.cause and "the loads, the loops" not in whole.cause, str(whole)
 
@@ -288,4 +288,4 @@ def test_the_kernel_not_run_says_why_at_once(tmp_path, monkeypatch):
     v = kernel.check_forward.verdict()
     assert not v.ok and v.cause is None, str(v)
     assert v.message.startswith("not run yet: the whole kernel is not run until forward.py Part 2"), str(v)
-    assert verdict.staged(v) == str(v)  # no cause held back: step one shows it all
+    assert common.staged(v) == str(v)  # no cause held back: step one shows it all

@@ -110,7 +110,7 @@ def kernel_answers(inputs: dict | None = None) -> dict:
 
 
 def all_answers(inputs: dict | None = None) -> dict:
-    """Every check's entries, from freshly drawn inputs, or from ``inputs`` ({check: {case: (q, k, v)}})."""
+    """Every check's entries, from freshly drawn inputs, or from ``inputs`` ({group: {case: (q, k, v)}})."""
     inputs = inputs or {}
     return {"tiled": tiled_answers(inputs.get("tiled")), "kernel": kernel_answers(inputs.get("kernel"))}
 

@@ -19,7 +19,7 @@ on its relative error, as in the graded tests (``testing.gradient_error``).
 * :func:`check_backward`: the four parts, then all of backward.py on two more
   cases (fp16, batch 2, MQA, head dim 80, sm_scale, [B, N, H, D] layout).
 
-A failure is told in two steps (verdict.py). First what is wrong and where:
+A failure is told in two steps (common.py). First what is wrong and where:
 the gradient, its first wrong entry, which keys or query rows and which heads
 hold wrong entries, and a constant factor when the whole gradient is off by
 one. Then, when the cell is run again, the likely cause and its fix: a part
@@ -43,8 +43,8 @@ import triton
 from gqa_flash.course import api, runtime, testing
 from gqa_flash.course.lab.checks import backward_walks
 from gqa_flash.course.lab.checks.cases import LN2, LOG2E, Case
-from gqa_flash.course.lab.checks.verdict import (
-    PARTS, Stop, Verdict, at, fail, fmt, load, prints_verdict, run_student, shape_problem, what,
+from gqa_flash.course.lab.checks.common import (
+    PARTS, Stop, Verdict, at, fail, fmt, load, prints_verdict, run_student, shape_problem, what_of,
 )
 from gqa_flash.reference import reference_attention, reference_gradients
 
@@ -509,22 +509,22 @@ def check_delta():
         if fmt(problem.got) == fmt(problem.expected):  # a difference in the last digits: show them
             where += f" (to 7 digits: got {problem.got:.7g}, expected {problem.expected:.7g})"
         return fail("backward", 1, "D does not match rowsum(dO * O) in float64", where=where, cause=cause, hint=hint)
-    return Verdict(True, what("backward", 1), "right for every row, in fp32 (head dim 24, padded) and in fp16")
+    return Verdict(True, what_of("backward", 1), "right for every row, in fp32 (head dim 24, padded) and in fp16")
 
 
 def _gradient_check(name, part, gradients, passed):
     """The check of Part ``part``: the ``gradients`` of each of its cases against float64 autograd."""
 
-    def check():
+    def body():
         load("backward")
         _check_gradients(part, _CASES[part], gradients, _part_diagnosis(part))
         skipped = backward_walks.skip_verdict(part) if part in (2, 4) else None  # right, and no more work
-        return skipped or Verdict(True, what("backward", part), passed)
+        return skipped or Verdict(True, what_of("backward", part), passed)
 
-    check.__name__ = check.__qualname__ = name
-    check.__doc__ = (f"backward.py Part {part} ({PARTS['backward'][part]}): {' and '.join(gradients)} "
-                     f"against float64 autograd, on {'; '.join(case.name for case in _CASES[part])}.")
-    return prints_verdict(check)
+    body.__name__ = body.__qualname__ = name
+    body.__doc__ = (f"backward.py Part {part} ({PARTS['backward'][part]}): {' and '.join(gradients)} "
+                    f"against float64 autograd, on {'; '.join(case.name for case in _CASES[part])}.")
+    return prints_verdict(body)
 
 
 check_dkdv = _gradient_check("check_dkdv", 2, ("dV", "dK"), "dK and dV match float64 autograd (MHA, causal and not), "

@@ -39,12 +39,12 @@ import triton
 
 from gqa_flash.course import runtime, testing
 from gqa_flash.course.lab.checks.cases import LOG2E
+from gqa_flash.course.lab.checks.common import Verdict, at, fail, matches, prints_verdict, rel, what_of
 from gqa_flash.course.lab.checks.decode_replays import (
     MERGE_MISTAKES, SPLIT_BLOCK_N, SPLIT_MISTAKES, STATE_TOL, merge64, merge_cases, partial64, split_cases,
     split_inputs,
 )
 from gqa_flash.course.lab.checks.probes import addresses_recorded, decode_parts, dev, launch_in
-from gqa_flash.course.lab.checks.verdict import Verdict, at, fail, matches, prints_verdict, rel, what
 
 NAN = float("nan")
 launch = functools.partial(launch_in, "decode")  # a crash in your helper becomes a FAIL of its part
@@ -179,7 +179,7 @@ def check_decode_group_tile():
         problem = _group_mismatch(name, got_q, heads, tokens, q, b, group_rows, head_dim)
         if problem is not None:
             return _verdict(1, "the tile does not hold Q's rows", *problem)
-    return Verdict(True, what("decode", 1), f"every row holds its own (query head, token) of the group and its "
+    return Verdict(True, what_of("decode", 1), f"every row holds its own (query head, token) of the group and its "
                    f"row of Q, padding 0, in {len(_GROUP_CASES)} groups (GQA 8:2 with 3 new tokens, 32:8, "
                    "MQA over two row blocks, MHA)")
 
@@ -348,7 +348,7 @@ def check_decode_pages():
                               "(a page far outside the pool), and its row may end there (a transposed table's "
                               "next entry lies outside it)",
                         hint="load the table with mask=key_ok (and other=0)")
-    return Verdict(True, what("decode", 2), "every position finds its page and slot: shuffled pages of 16, of 5 "
+    return Verdict(True, what_of("decode", 2), "every position finds its page and slot: shuffled pages of 16, of 5 "
                    "and of 8 through a transposed table, and the contiguous cache")
 
 
@@ -427,7 +427,7 @@ def _split_mismatch(name, c, got, want):
     first, last = s * c["chunk"], min(s * c["chunk"] + c["chunk"], c["seq_len"]) - 1
     held = (f"split {s} holds positions {first}..{last}" if first <= last else
             f"split {s} starts at {first}, past the sequence's {c['seq_len']} positions: it is empty")
-    return (f"case \"{name}\": {problem.what}, {at(problem)} (row {r} is token {token}, at position "
+    return (f"case \"{name}\": {problem.name}, {at(problem)} (row {r} is token {token}, at position "
             f"{c['seq_len'] - c['n_new'] + token}; {held})")
 
 
@@ -446,7 +446,7 @@ def check_decode_split():
     if where is not None:
         return _verdict(3, "the partial state (acc, l, m) does not match the float64 reference", where,
                         _split_cause(runs, first_wrong))
-    return Verdict(True, what("decode", 3), "every split's (acc, l, m) matches the float64 reference: ragged and "
+    return Verdict(True, what_of("decode", 3), "every split's (acc, l, m) matches the float64 reference: ragged and "
                    "empty chunks, new tokens that see none of a chunk, NaN past the sequence never read")
 
 
@@ -482,8 +482,8 @@ def check_decode_merge():
                           if matches(got, merge64(acc, l, m, bug), 2 * STATE_TOL["atol"], 2 * STATE_TOL["rtol"])),
                          None)
         return _verdict(4, "the merged row does not match the float64 reference",
-                        f"case \"{name}\": {problem.what}, {at(problem)}", found)
-    return Verdict(True, what("decode", 4), "O and the LSE match the float64 merge: random states, empty and "
+                        f"case \"{name}\": {problem.name}, {at(problem)}", found)
+    return Verdict(True, what_of("decode", 4), "O and the LSE match the float64 merge: random states, empty and "
                    "padding splits, maxima far apart")
 
 

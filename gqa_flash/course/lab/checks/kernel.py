@@ -20,12 +20,11 @@ import triton
 from gqa_flash.course import runtime, testing
 from gqa_flash.course.lab.checks import replays
 from gqa_flash.course.lab.checks.cases import Case, kv_of
-from gqa_flash.course.lab.checks.kernel_parts import PART_CHECKS
-from gqa_flash.course.lab.checks.verdict import (
+from gqa_flash.course.lab.checks.common import (
     PARTS, Stop, Verdict, _file_of, _part_regions, fail, load, matches, prints_verdict, rel, run_student,
-    shape_problem, tol,
+    shape_problem, tol, what_of,
 )
-from gqa_flash.course.lab.checks.verdict import what as part_what  # check_forward's `what` is the output's name
+from gqa_flash.course.lab.checks.kernel_parts import PART_CHECKS
 from gqa_flash.reference import reference_attention
 
 
@@ -293,7 +292,7 @@ def _calls_in_key_loop(helper: str) -> list[int]:
 
 def _blame_the_call(crash: Verdict, part_verdicts, fwd) -> Verdict:
     """A crash inside Part 4 or 5 whose own check passes, as Part 3's: its call passes the wrong arguments."""
-    part = next((p for p in _CALLED_BY_KEY_LOOP if crash.what == part_what("forward", p)), None)
+    part = next((p for p in _CALLED_BY_KEY_LOOP if crash.what == what_of("forward", p)), None)
     if part is None or not part_verdicts[part - 1].ok or crash.cause is None:
         return crash
     helper = PARTS["forward"][part]
@@ -304,9 +303,9 @@ def _blame_the_call(crash: Verdict, part_verdicts, fwd) -> Verdict:
         lines = f"{'line' if len(calls) == 1 else 'lines'} {', '.join(map(str, calls))}"
         where = (f"{rel('forward')}, {lines} (the call in Part 3); the error is raised inside Part {part}"
                  + (f", at {crash.where}" if crash.where else ""))
-    return fail("forward", 3, f"{crash.message}, inside {part_what('forward', part)}, which passes its own check",
+    return fail("forward", 3, f"{crash.message}, inside {what_of('forward', part)}, which passes its own check",
                 where=where,
-                cause=(f"{part_what('forward', part)} passes its own check, where the probe calls it with the right "
+                cause=(f"{what_of('forward', part)} passes its own check, where the probe calls it with the right "
                        "arguments; in the kernel Part 3 calls it, so the blocks it gets are wrong: the call in "
                        f"key_loop passes its arguments in the wrong order, or the wrong ones ({crash.cause})"),
                 hint=(f"compare the call of {helper} in key_loop with its signature, {helper}({params})"
@@ -335,10 +334,10 @@ def check_forward(part_verdicts=None):
         if shape:
             raise Stop(fail("forward", None, shape, where=f"case \"{case.name}\""))
         problem = testing.mismatch("O", out, ref, **tol(case.dtype))
-        what = "O"
+        output = "O"
         if problem is None:
             problem = testing.mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
-            what = "the LSE"
+            output = "the LSE"
         if problem is None:
             continue
         scale = _scale_mistake(out, lse, q, k, v, case)
@@ -348,7 +347,7 @@ def check_forward(part_verdicts=None):
             cause, hint = f"{broken.what} fails its own check above: {broken.cause or broken.message}", broken.hint
         else:
             cause, hint = _UNEXPLAINED
-        return fail("forward", None, f"{what} of the kernel does not match the float64 reference",
+        return fail("forward", None, f"{output} of the kernel does not match the float64 reference",
                     where=_where_kernel(case, problem, out.detach().to("cpu", torch.float64), ref, n_kb), cause=cause,
                     hint=hint)
     if broken is not None:  # right answers here, but a part is wrong where these cases do not look

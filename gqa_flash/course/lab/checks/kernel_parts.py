@@ -23,15 +23,15 @@ import triton
 
 from gqa_flash.course import interpreter, testing
 from gqa_flash.course.lab.checks.cases import LN2
+from gqa_flash.course.lab.checks.common import (
+    Stop, Verdict, at, fail, first_cause, fmt, matches, prints_verdict, tol, what_of,
+)
 from gqa_flash.course.lab.checks.kernel_walk import (
     address_set, check_key_loop, check_load_tile, check_program_ids, offset_cases, overflow_cause, recorded,
     wrapped_int32, wrong_addresses_cause,
 )
 from gqa_flash.course.lab.checks.probes import addresses_recorded, dev, forward_parts, launch
 from gqa_flash.course.lab.checks.triton_errors import builtins_cause, builtins_hint, python_builtins_called
-from gqa_flash.course.lab.checks.verdict import (
-    Stop, Verdict, at, fail, first_cause, fmt, matches, prints_verdict, tol, what,
-)
 
 # --- Part 4 ------------------------------------------------------------------
 
@@ -128,8 +128,8 @@ def check_online_softmax_update():
                                               for bug, text, fix in _UPDATE_MISTAKES],
                                       **tol(c["v"].dtype)) or (None, None)
         return fail("forward", 4, "the new state (acc, l_i, m_i) does not match the float64 reference",
-                    where=f"case \"{name}\": {problem.what}, {at(problem)}", cause=cause, hint=hint)
-    return Verdict(True, what("forward", 4), "the new state matches the float64 reference: first tile, "
+                    where=f"case \"{name}\": {problem.name}, {at(problem)}", cause=cause, hint=hint)
+    return Verdict(True, what_of("forward", 4), "the new state matches the float64 reference: first tile, "
                    "rising and steady maxima, fully masked rows, fp16 values")
 
 
@@ -201,7 +201,7 @@ def check_mask_scores():
                     where=f"case \"{name}\": query row {i} (query block {i // bm}), key {j} (key block {j // bn}): "
                           f"got {seen}, expected {expected}",
                     cause=cause, hint=hint)
-    return Verdict(True, what("forward", 5), "the causal mask and the ragged tail are right, "
+    return Verdict(True, what_of("forward", 5), "the causal mask and the ragged tail are right, "
                    "on every block of a ragged sequence, causal and not")
 
 
@@ -330,7 +330,7 @@ def check_epilogue():
     problem = interpreter.in_interpreter(f"{__name__}:epilogue_offsets_problem")
     if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
         return fail("forward", 6, **problem, extra=dict(safe_on_small_tensors=True))
-    return Verdict(True, what("forward", 6), "O is normalised and the LSE is in natural log, in their own "
+    return Verdict(True, what_of("forward", 6), "O is normalised and the LSE is in natural log, in their own "
                    "batch and head; padding rows and columns are left alone; fp32 and fp16 O")
 
 

@@ -10,8 +10,8 @@ import torch
 
 from gqa_flash.course import api, testing
 from gqa_flash.course.lab.checks.cases import Case, gqa_cause, head_mapping, kv_index, run_torch, where_attention
-from gqa_flash.course.lab.checks.verdict import (
-    Stop, Verdict, fail, first_cause, load, prints_verdict, shape_problem, tol, what,
+from gqa_flash.course.lab.checks.common import (
+    Stop, Verdict, fail, first_cause, load, prints_verdict, shape_problem, tol, what_of,
 )
 from gqa_flash.reference import reference_attention
 
@@ -99,13 +99,13 @@ def _heads_crash(case: Case):
     def diagnose(exc, local, line):
         text = str(exc)
         if "ZeroDivisionError" in text or isinstance(exc, ZeroDivisionError):
-            return dict(what=what("naive", 1),
+            return dict(what=what_of("naive", 1),
                         cause=f"the group size is 0 in case \"{case.name}\" ({n_q} query heads on {n_kv} KV "
                               "heads), and the query heads are divided by it: a division the wrong way round "
                               "(n_kv_heads // n_q_heads) gives 0 whenever there are more query heads than KV heads",
                         hint=_GROUP_HINT)
         if isinstance(exc, IndexError) and f"with size {n_kv}" in text:
-            return dict(what=what("naive", 1),
+            return dict(what=what_of("naive", 1),
                         cause=f"a query head is mapped to a KV head that does not exist (there are {n_kv} in case "
                               f"\"{case.name}\"): the "
                               f"group size is too small; it is n_q_heads // n_kv_heads = {n_q // n_kv}",
@@ -113,7 +113,7 @@ def _heads_crash(case: Case):
         k32 = local.get("k32")
         if ("must match the size of tensor" in text and isinstance(k32, torch.Tensor) and k32.dim() == 4
                 and k32.shape[1] != n_q):
-            return dict(what=what("naive", 1),
+            return dict(what=what_of("naive", 1),
                         cause=f"K and V leave Part 1 with {k32.shape[1]} heads, not one per query head ({n_q}): "
                               f"Part 2's product cannot pair {n_q} query heads with {k32.shape[1]} key heads; the "
                               "group size (how many times each KV head is repeated) is wrong", hint=_GROUP_HINT)
@@ -172,6 +172,6 @@ def check_naive():
         raise Stop(fail("naive", part, "does not match the float64 reference",
                         where=where_attention(problem, case), cause=cause, hint=hint,
                         compare=None if found else _COMPARE.get(case.part, _COMPARE[None])))
-    return Verdict(True, what("naive", (1, 3)),
+    return Verdict(True, what_of("naive", (1, 3)),
                    f"{len(_NAIVE_CASES)} cases match the float64 reference "
                    "(MHA, GQA, MQA; causal and not; fp32 and fp16; strided)")

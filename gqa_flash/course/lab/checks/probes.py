@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from gqa_flash.course import runtime
-from gqa_flash.course.lab.checks.verdict import PARTS, Stop, fail, load, rel, run_student
+from gqa_flash.course.lab.checks.common import PARTS, Stop, fail, load, rel, run_student
 
 
 def _probe_program_ids(OUT, N_Q_HEADS, N_KV_HEADS):

@@ -21,7 +21,7 @@ import dataclasses
 import torch
 
 from gqa_flash.course import context_parallel
-from gqa_flash.course.lab.checks.verdict import PARTS, Stop, Verdict, fail, load, prints_verdict, run_student, what
+from gqa_flash.course.lab.checks.common import PARTS, Stop, Verdict, fail, load, prints_verdict, run_student, what_of
 
 MODULE = "ring"
 
@@ -63,7 +63,7 @@ def check_ring_source():
                 raise Stop(fail(MODULE, 1, "the wrong source rank",
                                 where=f"rank {rank} of {world_size} at step {step}: got {got!r}, expected "
                                       f"{expected[step][rank]}", cause=cause))
-    return Verdict(True, what(MODULE, 1), "every rank's source at every step of rings of 1 to 6 ranks")
+    return Verdict(True, what_of(MODULE, 1), "every rank's source at every step of rings of 1 to 6 ranks")
 
 
 # --- Part 2 -------------------------------------------------------------------------------------------------
@@ -155,8 +155,8 @@ def check_block_pairs():
                                       if seen_pairs(**{**args, **kw}) == got), None)
                         raise Stop(fail(MODULE, 2, "the wrong pairs", where=f"{where}: got {got}, expected "
                                         f"{expected}", cause=cause, compare=_PAIRS_COMPARE))
-    return Verdict(True, what(MODULE, 2), f"right pairs in all {cases} cases (both layouts, 1 to 4 ranks, "
-                                           "causal and not)")
+    return Verdict(True, what_of(MODULE, 2), f"right pairs in all {cases} cases (both layouts, 1 to 4 ranks, "
+                                              "causal and not)")
 
 
 # --- Part 3 -------------------------------------------------------------------------------------------------
@@ -221,8 +221,8 @@ def check_merge_blocks():
         and (torch.isneginf(want_lse[r]) == torch.isneginf(lse[r]).item())
         and (torch.isneginf(want_lse[r]) or abs(lse[r].item() - want_lse[r].item()) < 1e-5))]
     if not bad_rows:
-        return Verdict(True, what(MODULE, 3), "rows over two blocks, rows that saw only one, and a row that saw "
-                                              "none yet (-inf) all merge right")
+        return Verdict(True, what_of(MODULE, 3), "rows over two blocks, rows that saw only one, and a row that saw "
+                                                 "none yet (-inf) all merge right")
     row = bad_rows[0]
     kind = {0: "a row that has seen no key in either part (both lse -inf)",
             1: "a row whose running part saw nothing yet (its lse -inf)",
@@ -262,9 +262,9 @@ def _failing_part(part_verdicts) -> Verdict | None:
     """The first part whose own check fails, as the whole ring's verdict: the ring runs every part at every step."""
     for v in part_verdicts:
         if not v.ok:
-            part = next((p for p, name in PARTS[MODULE].items() if v.what == what(MODULE, p)), None)
+            part = next((p for p, name in PARTS[MODULE].items() if v.what == what_of(MODULE, p)), None)
             return dataclasses.replace(
-                v, what=what(MODULE, part) if part else v.what,
+                v, what=what_of(MODULE, part) if part else v.what,
                 message=f"not run yet: Part {part} fails its own check, and the ring runs it at every step: "
                         f"{v.message}" if part else v.message)
     return None
@@ -298,5 +298,5 @@ def check_ring_attention(part_verdicts=None):
                                 where=f"{world_size} ranks, layout={case['layout']!r}, causal={case['causal']}: "
                                       f"max error {(o.double() - ref).abs().max().item():.2e}",
                                 compare=_RING_COMPARE))
-    return Verdict(True, what(MODULE), "ring_attention on 2 and 3 gloo processes, both layouts, causal and not, "
-                                       "matches the reference")
+    return Verdict(True, what_of(MODULE), "ring_attention on 2 and 3 gloo processes, both layouts, causal and not, "
+                                          "matches the reference")

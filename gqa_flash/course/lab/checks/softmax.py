@@ -13,8 +13,8 @@ import torch
 
 from gqa_flash.course import api, testing
 from gqa_flash.course.lab.checks.cases import run_torch
-from gqa_flash.course.lab.checks.verdict import (
-    Stop, Verdict, fail, first_cause, fmt, load, matches, prints_verdict, shape_problem, tol, what,
+from gqa_flash.course.lab.checks.common import (
+    Stop, Verdict, fail, first_cause, fmt, load, matches, prints_verdict, shape_problem, tol, what_of,
 )
 from gqa_flash.reference import reference_softmax
 
@@ -107,7 +107,7 @@ def check_block_state():
         _state_mismatch(1, name, (m, l), (m_ref, l_ref), _block_state_cause(x, m_ref, l_ref),
                         compare="for the row named under where, its maximum and the sum of exp(x - m) over the "
                                 "last dimension, by hand, with your m and l")
-    return Verdict(True, what("online_softmax", 1),
+    return Verdict(True, what_of("online_softmax", 1),
                    "(m, l) match the float64 reference, huge and fully masked rows included")
 
 
@@ -180,7 +180,8 @@ def check_merge_states():
                                **_STATE_TOL)
 
         _state_mismatch(2, name, (m, l), _merge64(*state), cause, compare=_MERGE_COMPARE)
-    return Verdict(True, what("online_softmax", 2), "merged states match the float64 reference, empty parts included")
+    return Verdict(True, what_of("online_softmax", 2),
+                   "merged states match the float64 reference, empty parts included")
 
 
 # --- Part 3 ------------------------------------------------------------------
@@ -226,7 +227,7 @@ def _online_cause(out, x, block):
     for part, check in ((1, check_block_state), (2, check_merge_states)):
         verdict = check.verdict()
         if not verdict.ok:
-            return part, f"{what('online_softmax', part)} fails its own check: {verdict.cause or verdict.message}", \
+            return part, f"{what_of('online_softmax', part)} fails its own check: {verdict.cause or verdict.message}", \
                 verdict.hint or f"run Part {part}'s check and fix it first"
     x64, n = x.to(torch.float64), x.shape[-1]
     cols = torch.arange(n)
@@ -295,5 +296,5 @@ def check_online_softmax():
                         where=f"case \"{name}\": row {problem.index[0]}, column {problem.index[1]}: "
                               f"got {fmt(problem.got)}, expected {fmt(problem.expected)}",
                         cause=cause, hint=hint, compare=_ONLINE_COMPARE))
-    return Verdict(True, what("online_softmax", 3),
+    return Verdict(True, what_of("online_softmax", 3),
                    "matches the float64 softmax for every block size, masked blocks and fp16 included")

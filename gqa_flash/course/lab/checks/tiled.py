@@ -18,8 +18,8 @@ from gqa_flash.course.lab.checks import replays
 from gqa_flash.course.lab.checks.cases import (
     Case, attention64, gqa_cause, head_mapping, run_torch, student_frame, where_attention,
 )
-from gqa_flash.course.lab.checks.verdict import (
-    Stop, Verdict, fail, first_cause, fmt, load, prints_verdict, run_student, shape_problem, tol, what,
+from gqa_flash.course.lab.checks.common import (
+    Stop, Verdict, fail, first_cause, fmt, load, prints_verdict, run_student, shape_problem, tol, what_of,
 )
 from gqa_flash.reference import reference_attention
 
@@ -191,7 +191,7 @@ def _tile_crash(case: Case):
             return None
         past = (f": its positions run to {int(positions[-1])}, past the last one, {end}"
                 if positions is not None and len(positions) and int(positions[-1]) > end else "")
-        return dict(what=what("tiled", 2), where=where,
+        return dict(what=what_of("tiled", 2), where=where,
                     message=f"the tiles that Part 2 hands to Parts 3-5 have mismatched lengths: a tile of scores "
                             f"with {got} {'rows' if tile == 'query' else 'keys'} arrives with "
                             f"{len(positions) if positions is not None else 'a different number of'} "
@@ -269,6 +269,6 @@ def check_tiled():
     for case in _TILED_CASES:
         _check_answers(case)
     _check_work(_WORK_CASE)  # right answers; now the work
-    return Verdict(True, what("tiled", (1, 5)),
+    return Verdict(True, what_of("tiled", (1, 5)),
                    f"O and LSE match the float64 reference in {len(_TILED_CASES)} cases "
                    "(MHA, GQA, MQA; causal and not; ragged; fp16), and the causal walk skips the future tiles")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import numbers
 
-from gqa_flash.course.lab.checks.verdict import Stop, Verdict, fail, load, prints_verdict, run_student, what
+from gqa_flash.course.lab.checks.common import Stop, Verdict, fail, load, prints_verdict, run_student, what_of
 
 MODULE = "traffic"
 
@@ -129,7 +129,7 @@ def check_launch_order():
             where = f"{label}: position {i} holds {got[i]}, expected {expected[i]}"
         raise Stop(fail(MODULE, 1, "the launch order is not the expected one", where=where,
                         cause=_order_cause(got, order, hq, hkv, nb)))
-    return Verdict(True, what(MODULE, 1), f"both orders right for {len(_ORDER_CASES)} launches (GQA, MHA, MQA)")
+    return Verdict(True, what_of(MODULE, 1), f"both orders right for {len(_ORDER_CASES)} launches (GQA, MHA, MQA)")
 
 
 # --- Part 2 -------------------------------------------------------------------------------------------------
@@ -246,5 +246,5 @@ def check_traffic_model():
                       if _replay(programs, hq, hkv, d, **kwargs, **switch)[0] == out), None)
         raise Stop(fail(MODULE, 2, "the DRAM bytes differ from the check's own replay of the model",
                         where=where, cause=cause))
-    return Verdict(True, what(MODULE, 2), f"the DRAM bytes match the check's replay of the model in "
-                                          f"{len(_MODEL_CASES)} launches (LRU, waves in step, GQA sharing)")
+    return Verdict(True, what_of(MODULE, 2), f"the DRAM bytes match the check's replay of the model in "
+                                             f"{len(_MODEL_CASES)} launches (LRU, waves in step, GQA sharing)")

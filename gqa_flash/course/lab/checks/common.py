@@ -174,8 +174,8 @@ def explain() -> None:
         print("    the last check passed: there is nothing to explain")
 
 
-def what(module: str, part=None) -> str:
-    """``naive.py``, ``tiled.py Parts 1-5`` or ``naive.py Part 1 (GQA head mapping)``."""
+def what_of(module: str, part=None) -> str:
+    """A verdict's ``what``: ``naive.py``, ``tiled.py Parts 1-5`` or ``naive.py Part 1 (GQA head mapping)``."""
     if part is None:
         return f"{module}.py"
     if isinstance(part, tuple):
@@ -184,7 +184,7 @@ def what(module: str, part=None) -> str:
 
 
 def fail(module, part, message, **kw) -> Verdict:
-    return Verdict(False, what(module, part), message, **kw)
+    return Verdict(False, what_of(module, part), message, **kw)
 
 
 class Stop(Exception):
@@ -195,10 +195,10 @@ class Stop(Exception):
         self.verdict = verdict
 
 
-def verdict_of(check, *args, **kwargs) -> Verdict:
+def verdict_of(body, *args, **kwargs) -> Verdict:
     """Run a check body; whatever happens, come back with a Verdict."""
     try:
-        return check(*args, **kwargs)
+        return body(*args, **kwargs)
     except Stop as stop:
         return stop.verdict
 
@@ -456,9 +456,9 @@ def first_cause(out, variants, atol, rtol):
     return None
 
 
-def shape_problem(out, ref_shape, what="the output"):
+def shape_problem(out, ref_shape, name="the output"):
     if not isinstance(out, torch.Tensor):
-        return f"{what} should be a tensor, got {type(out).__name__}"
+        return f"{name} should be a tensor, got {type(out).__name__}"
     if tuple(out.shape) != tuple(ref_shape):
-        return f"{what} has shape {list(out.shape)}; expected {list(ref_shape)}"
+        return f"{name} has shape {list(out.shape)}; expected {list(ref_shape)}"
     return None
