@@ -101,5 +101,5 @@ def test_check_tiled_names_the_cause_of_each_classic_bug(mutant, tmp_path, monke
     if expected is None:
         assert "raised" in verdict.message, verdict
         return
-    text = {bug: t for _, bug, t in tiled._TILED_MISTAKES + tiled._TILED_LSE_MISTAKES}[expected]
+    text = {m.bug: m.cause for m in tiled._TILED_MISTAKES + tiled._TILED_LSE_MISTAKES}[expected]
     assert verdict.cause == text, f"{mutant.name} ({mutant.bug}): expected the cause {expected!r}, got {verdict}"

@@ -86,10 +86,10 @@ def tiled_answers(inputs: dict | None = None) -> dict:
         right = walk(None)
         answers = {}
         for which, mistakes in ((0, tiled._TILED_MISTAKES), (1, tiled._TILED_LSE_MISTAKES)):
-            for _, bug, _ in mistakes:
-                answer = walk(bug)[which]
+            for mistake in mistakes:
+                answer = walk(mistake.bug)[which]
                 if not torch.equal(answer, right[which]):  # a mistake this case cannot show
-                    answers[bug] = answer.float()
+                    answers[mistake.bug] = answer.float()
         entries[case.name] = {"inputs": [t.float() for t in (q, k, v)], "answers": answers}
     return entries
 

@@ -44,7 +44,7 @@ from gqa_flash.course import api, runtime, testing
 from gqa_flash.course.lab.checks import backward_walks
 from gqa_flash.course.lab.checks.cases import LN2, LOG2E, Case
 from gqa_flash.course.lab.checks.common import (
-    PARTS, Stop, Verdict, at, fail, fmt, load, prints_verdict, run_student, shape_problem, what_of,
+    PARTS, Mistake, Stop, Verdict, at, fail, fmt, load, prints_verdict, run_student, shape_problem, what_of,
 )
 from gqa_flash.reference import reference_attention, reference_gradients
 
@@ -235,45 +235,45 @@ def _no_mask(name):
 
 _NO_MASK_HINT = "make a probability 0 where the key comes after the query, under CAUSAL, as well as past SEQ_LEN"
 
-# Each part's usual mistakes, tried in this order: (bug, cause, hint). A cause or hint may name the
-# gradient ({name}), its accumulator ({acc}) and the blocks its walk visits ({block}).
+# Each part's usual mistakes, tried in this order, each bug a name _backward64 replays. A cause or hint may name
+# the gradient ({name}), its accumulator ({acc}) and the blocks its walk visits ({block}).
 _MISTAKES = {
     2: [
-        ("no_mask", _no_mask("{name}"), _NO_MASK_HINT),
-        ("mask_diag", _MASK_DIAG, _MASK_DIAG_HINT),
-        ("dkdv_late", DKDV_LATE, "start at the query block that holds the key block's first key: that key's "
-                                 "index rounded down to a multiple of BLOCK_M"),
-        ("assign", _ASSIGN, _ASSIGN_HINT),
-        ("exp", _EXP, _EXP_HINT),
-        ("lse_base", _LSE_BASE, _LSE_BASE_HINT),
-        ("qk_no_log2e", _NO_LOG2E, _NO_LOG2E_HINT),
-        ("scores_unscaled", _UNSCALED, _UNSCALED_HINT),
-        ("no_delta", _NO_DELTA, _NO_DELTA_HINT),
-        ("group_no_offset", "every KV head adds up the gradient of query head 0: Part 3 leaves out the KV head, "
-                            "even with one query head per KV head", _GROUP_HINT),
+        Mistake("no_mask", _no_mask("{name}"), _NO_MASK_HINT),
+        Mistake("mask_diag", _MASK_DIAG, _MASK_DIAG_HINT),
+        Mistake("dkdv_late", DKDV_LATE, "start at the query block that holds the key block's first key: that key's "
+                                        "index rounded down to a multiple of BLOCK_M"),
+        Mistake("assign", _ASSIGN, _ASSIGN_HINT),
+        Mistake("exp", _EXP, _EXP_HINT),
+        Mistake("lse_base", _LSE_BASE, _LSE_BASE_HINT),
+        Mistake("qk_no_log2e", _NO_LOG2E, _NO_LOG2E_HINT),
+        Mistake("scores_unscaled", _UNSCALED, _UNSCALED_HINT),
+        Mistake("no_delta", _NO_DELTA, _NO_DELTA_HINT),
+        Mistake("group_no_offset", "every KV head adds up the gradient of query head 0: Part 3 leaves out the KV "
+                                   "head, even with one query head per KV head", _GROUP_HINT),
     ],
     3: [
-        ("group_placeholder", "Part 3's placeholder is still there: one query head is added group_size times",
-         _GROUP_HINT),
-        ("group_first", "only the group's first query head is added, group_size times: Part 3 leaves out h",
-         _GROUP_HINT),
-        ("group_mod", "the query heads of a group are dealt out to the KV heads in turn, not taken consecutively "
-                      "as forward.py Part 1 groups them", _GROUP_HINT),
-        ("group_no_offset", "every KV head adds up query heads 0 to group_size - 1: Part 3 leaves out the KV "
-                            "head's own group", _GROUP_HINT),
-        ("assign", _ASSIGN, _ASSIGN_HINT),
+        Mistake("group_placeholder", "Part 3's placeholder is still there: one query head is added group_size times",
+                _GROUP_HINT),
+        Mistake("group_first", "only the group's first query head is added, group_size times: Part 3 leaves out h",
+                _GROUP_HINT),
+        Mistake("group_mod", "the query heads of a group are dealt out to the KV heads in turn, not taken "
+                             "consecutively as forward.py Part 1 groups them", _GROUP_HINT),
+        Mistake("group_no_offset", "every KV head adds up query heads 0 to group_size - 1: Part 3 leaves out the KV "
+                                   "head's own group", _GROUP_HINT),
+        Mistake("assign", _ASSIGN, _ASSIGN_HINT),
     ],
     4: [
-        ("no_mask", _no_mask("{name}"), _NO_MASK_HINT),
-        ("mask_diag", _MASK_DIAG, _MASK_DIAG_HINT),
-        ("dq_early", DQ_EARLY, _DQ_END_HINT),
-        ("dq_no_diagonal", DQ_NO_DIAGONAL, _DQ_END_HINT),
-        ("assign", _ASSIGN, _ASSIGN_HINT),
-        ("exp", _EXP, _EXP_HINT),
-        ("lse_base", _LSE_BASE, _LSE_BASE_HINT),
-        ("qk_no_log2e", _NO_LOG2E, _NO_LOG2E_HINT),
-        ("scores_unscaled", _UNSCALED, _UNSCALED_HINT),
-        ("no_delta", _NO_DELTA, _NO_DELTA_HINT),
+        Mistake("no_mask", _no_mask("{name}"), _NO_MASK_HINT),
+        Mistake("mask_diag", _MASK_DIAG, _MASK_DIAG_HINT),
+        Mistake("dq_early", DQ_EARLY, _DQ_END_HINT),
+        Mistake("dq_no_diagonal", DQ_NO_DIAGONAL, _DQ_END_HINT),
+        Mistake("assign", _ASSIGN, _ASSIGN_HINT),
+        Mistake("exp", _EXP, _EXP_HINT),
+        Mistake("lse_base", _LSE_BASE, _LSE_BASE_HINT),
+        Mistake("qk_no_log2e", _NO_LOG2E, _NO_LOG2E_HINT),
+        Mistake("scores_unscaled", _UNSCALED, _UNSCALED_HINT),
+        Mistake("no_delta", _NO_DELTA, _NO_DELTA_HINT),
     ],
 }
 
@@ -358,22 +358,21 @@ def _part_diagnosis(part):
         # walk's bound that is none of them (each program's rows are the share of a window of the rows it
         # walked), before the other tiles (a GPU's, autotuned) are replayed.
         first, others = _tile_order()
-        tries = [(m, tiles) for m in _MISTAKES[part] for tiles in (first if m[0] in _TILED else [None])]
-        tries += [(None, None)] + [(m, tiles) for m in _MISTAKES[part] if m[0] in _TILED for tiles in others]
+        tries = [(m, tiles) for m in _MISTAKES[part] for tiles in (first if m.bug in _TILED else [None])]
+        tries += [(None, None)] + [(m, tiles) for m in _MISTAKES[part] if m.bug in _TILED for tiles in others]
         for mistake, tiles in tries:
             if mistake is None:
                 found = backward_walks.window_cause(part, case, inputs, name, got, first[0] if first else None)
                 if found is not None:
                     return found
                 continue
-            bug, cause, hint = mistake
             try:
-                variant = _backward64(case, inputs, bug, tiles)[index]
+                variant = _backward64(case, inputs, mistake.bug, tiles)[index]
             except IndexError:  # a mistake that cannot happen for these heads
                 continue
             err, bound = testing.gradient_error(got, variant, case.dtype)
             if err <= 2 * bound:
-                return _mistake_text(cause, name, part), _mistake_text(hint, name, part)
+                return _mistake_text(mistake.cause, name, part), _mistake_text(mistake.hint, name, part)
         return None, _hint(part, name)
 
     return diagnose

@@ -440,8 +440,24 @@ def matches(out, candidate, atol, rtol) -> bool:
     return bool((_close(got, exp, atol, rtol) | (torch.isnan(got) & torch.isnan(exp))).all())
 
 
+@dataclass(frozen=True)
+class Mistake:
+    """One of the usual mistakes a check replays, and what a check tells of it when an answer matches.
+
+    ``bug`` is how the check replays it: a name its float64 model switches on, keyword arguments of that
+    model, or a function that gives the mistake's answer. ``cause`` is the mistake in words (step two),
+    ``hint`` its fix (None: none of its own), and ``part`` the part it is made in, where one check covers
+    several parts.
+    """
+
+    bug: object
+    cause: str
+    hint: str | None = None
+    part: int | None = None
+
+
 def first_cause(out, variants, atol, rtol):
-    """The description of the first known mistake whose output ``out`` matches.
+    """The description (a :class:`Mistake`) of the first known mistake whose output ``out`` matches.
 
     ``variants`` holds (description, output) pairs; an output may be a function
     that computes it (called only if needed), or a tuple of tensors.

@@ -371,11 +371,11 @@ def _split_cause(runs, first_wrong):
                     "exponentiate against a finite stand-in (0) where the maximum is -inf")
         return ("NaN: a position at or past seq_len was read (the cache holds NaN there, and 0 * NaN is NaN)",
                 "load only the keys below the chunk's end, cut at seq_len")
-    for (bug, cause, hint), zeros in itertools.product(SPLIT_MISTAKES, (False, True)):
+    for mistake, zeros in itertools.product(SPLIT_MISTAKES, (False, True)):
         try:
-            if all(matches(g, replay(bug, zeros), 2 * STATE_TOL["atol"], 2 * STATE_TOL["rtol"])
+            if all(matches(g, replay(mistake.bug, zeros), 2 * STATE_TOL["atol"], 2 * STATE_TOL["rtol"])
                    for g, _, replay in runs):
-                return cause, hint
+                return mistake.cause, mistake.hint
         except Exception:  # a mistake that cannot happen for these shapes
             continue
     return None
@@ -478,9 +478,9 @@ def check_decode_merge():
                      "its factor 2^(-inf - m) is 0 as long as the common maximum m is the largest of the splits' "
                      "maxima (finite: split 0 is never empty)")
         else:
-            found = next(((cause, hint) for bug, cause, hint in MERGE_MISTAKES
-                          if matches(got, merge64(acc, l, m, bug), 2 * STATE_TOL["atol"], 2 * STATE_TOL["rtol"])),
-                         None)
+            found = next(((mistake.cause, mistake.hint) for mistake in MERGE_MISTAKES
+                          if matches(got, merge64(acc, l, m, mistake.bug), 2 * STATE_TOL["atol"],
+                                     2 * STATE_TOL["rtol"])), None)
         return _verdict(4, "the merged row does not match the float64 reference",
                         f"case \"{name}\": {problem.name}, {at(problem)}", found)
     return Verdict(True, what_of("decode", 4), "O and the LSE match the float64 merge: random states, empty and "

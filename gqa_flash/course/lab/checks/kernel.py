@@ -21,7 +21,7 @@ from gqa_flash.course import runtime, testing
 from gqa_flash.course.lab.checks import replays
 from gqa_flash.course.lab.checks.cases import Case, kv_of
 from gqa_flash.course.lab.checks.common import (
-    PARTS, Stop, Verdict, _file_of, _part_regions, fail, load, matches, prints_verdict, rel, run_student,
+    PARTS, Mistake, Stop, Verdict, _file_of, _part_regions, fail, load, matches, prints_verdict, rel, run_student,
     shape_problem, tol, what_of,
 )
 from gqa_flash.course.lab.checks.kernel_parts import PART_CHECKS
@@ -245,14 +245,14 @@ def _not_run(verdict) -> str:
 
 # The kernel's scale is sm_scale * log2(e) (qk_scale), in Part 3's scores; exp2 in Part 4 and ln 2 in Part 6
 # undo the log2(e). So a missing qk_scale is a softmax scale of ln 2, and a qk_scale without log2(e) one of
-# sm_scale * ln 2: both are the reference at another sm_scale. (cause, hint, the sm_scale it amounts to)
+# sm_scale * ln 2: both are the reference at another sm_scale. Each bug gives the sm_scale it amounts to.
 _SCALE_MISTAKES = [
-    ("the scores are never multiplied by qk_scale (Part 3): the kernel computes the softmax of the plain dot "
-     "products q·k, in log2 units", "multiply q·kᵀ by qk_scale in both phases of Part 3",
-     lambda sm_scale: math.log(2)),
-    ("the scores are scaled by sm_scale alone: log2(e) is missing from qk_scale, so the powers of 2 in Part 4 "
-     "are not the exponentials of the scaled scores", "qk_scale = sm_scale * log2(e)",
-     lambda sm_scale: sm_scale * math.log(2)),
+    Mistake(lambda sm_scale: math.log(2),
+            "the scores are never multiplied by qk_scale (Part 3): the kernel computes the softmax of the plain dot "
+            "products q·k, in log2 units", "multiply q·kᵀ by qk_scale in both phases of Part 3"),
+    Mistake(lambda sm_scale: sm_scale * math.log(2),
+            "the scores are scaled by sm_scale alone: log2(e) is missing from qk_scale, so the powers of 2 in Part 4 "
+            "are not the exponentials of the scaled scores", "qk_scale = sm_scale * log2(e)"),
 ]
 
 # When every part passes its own check and the answer matches no mistake above.
@@ -265,12 +265,12 @@ _UNEXPLAINED = ("the six parts pass their own checks, on their own inputs: the m
 def _scale_mistake(out, lse, q, k, v, case: Case):
     """(cause, hint) when O and the LSE are the reference's at the sm_scale of a known scale mistake, else None."""
     t = tol(case.dtype)
-    for cause, hint, scale in _SCALE_MISTAKES:
-        o_ref, lse_ref = reference_attention(q, k, v, causal=case.causal, sm_scale=scale(case.scale))
+    for mistake in _SCALE_MISTAKES:
+        o_ref, lse_ref = reference_attention(q, k, v, causal=case.causal, sm_scale=mistake.bug(case.scale))
         if matches(out, o_ref, 2 * t["atol"], 2 * t["rtol"]) and (
                 lse is None or matches(lse, lse_ref, 2 * testing.LSE_TOLERANCE["atol"],
                                        2 * testing.LSE_TOLERANCE["rtol"])):
-            return cause, hint
+            return mistake.cause, mistake.hint
     return None
 
 

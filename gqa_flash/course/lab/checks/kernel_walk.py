@@ -20,7 +20,7 @@ import torch
 import triton
 
 from gqa_flash.course import interpreter, testing
-from gqa_flash.course.lab.checks.common import Stop, Verdict, at, fail, matches, prints_verdict, what_of
+from gqa_flash.course.lab.checks.common import Mistake, Stop, Verdict, at, fail, matches, prints_verdict, what_of
 from gqa_flash.course.lab.checks.probes import (
     addresses_recorded, dev, forward_parts, launch, masked_lanes_poisoned,
 )
@@ -488,16 +488,16 @@ def _scores64(q, k, v, causal, variant=None):
     return torch.where(visited, s * scale, torch.zeros_like(s)), phase1
 
 
-_SCORE_MISTAKES = [
-    ("unscaled", "the scores are not multiplied by qk_scale: they are plain dot products q·k, not the scaled "
-                 "scores in log2 units that Part 4 expects",
-     "multiply q·kᵀ by qk_scale (sm_scale and log2(e) folded together), in both phases"),
-    ("unscaled 1", "phase 1's scores are not multiplied by qk_scale (phase 2's are)",
-     "multiply q·kᵀ by qk_scale in phase 1 too"),
-    ("unscaled 2", "phase 2's scores are not multiplied by qk_scale (phase 1's are)",
-     "multiply q·kᵀ by qk_scale in phase 2 too"),
-    ("v", "the scores are taken against the V tile: a score is a query row against a key row, from K",
-     "the scores are q·kᵀ, with the K tile of the same block"),
+_SCORE_MISTAKES = [  # each bug is the variant of _scores64 that replays it
+    Mistake("unscaled", "the scores are not multiplied by qk_scale: they are plain dot products q·k, not the scaled "
+                        "scores in log2 units that Part 4 expects",
+            "multiply q·kᵀ by qk_scale (sm_scale and log2(e) folded together), in both phases"),
+    Mistake("unscaled 1", "phase 1's scores are not multiplied by qk_scale (phase 2's are)",
+            "multiply q·kᵀ by qk_scale in phase 1 too"),
+    Mistake("unscaled 2", "phase 2's scores are not multiplied by qk_scale (phase 1's are)",
+            "multiply q·kᵀ by qk_scale in phase 2 too"),
+    Mistake("v", "the scores are taken against the V tile: a score is a query row against a key row, from K",
+            "the scores are q·kᵀ, with the K tile of the same block"),
 ]
 
 
@@ -517,9 +517,9 @@ def _score_problem(probes, q, k, v, causal, b, h):
         return None
     i, j = problem.index
     where = f"{at(problem)} (phase {1 if phase1[i, j] else 2} of query tile {i // bm})"
-    for variant, cause, hint in _SCORE_MISTAKES:
-        if matches(got, _scores64(q, k_bh, v_bh, causal, variant)[0], atol, rtol):
-            return where, cause, hint
+    for mistake in _SCORE_MISTAKES:
+        if matches(got, _scores64(q, k_bh, v_bh, causal, mistake.bug)[0], atol, rtol):
+            return where, mistake.cause, mistake.hint
     return (where, *_scale_factor_cause(got, want, phase1))
 
 

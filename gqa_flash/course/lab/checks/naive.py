@@ -11,7 +11,7 @@ import torch
 from gqa_flash.course import api, testing
 from gqa_flash.course.lab.checks.cases import Case, gqa_cause, head_mapping, kv_index, run_torch, where_attention
 from gqa_flash.course.lab.checks.common import (
-    Stop, Verdict, fail, first_cause, load, prints_verdict, shape_problem, tol, what_of,
+    Mistake, Stop, Verdict, fail, first_cause, load, prints_verdict, shape_problem, tol, what_of,
 )
 from gqa_flash.reference import reference_attention
 
@@ -63,27 +63,32 @@ _NAIVE_CASES = [
          layout="strided", seed=6),
 ]
 
-# (part, the switches of naive64 that replay the mistake, what to tell the student[, the fix]). Part 1's
-# mistakes are found by the KV head each query head of the output read (cases.head_mapping), not replayed.
+# Each bug is the switches of naive64 that replay it. Part 1's mistakes are found by the KV head each query head
+# of the output read (cases.head_mapping), not replayed.
 _NAIVE_MISTAKES = [
-    (2, dict(scale="none"), "the scores are not scaled: multiply Q K^T by sm_scale"),
-    (2, dict(scale="div"), "the scores are divided by sm_scale: multiply by it (it already is 1/sqrt(head_dim))"),
-    (2, dict(mask="none"), "the causal mask is missing: with causal=True, query i must not see keys j > i"),
-    (2, dict(mask="diag"), "mask off by one: the diagonal (key j == query i) is hidden too; query i must see its "
-                           "own key, and only the keys after it are hidden (row 0, left with no key at all, "
-                           "comes out NaN)",
-     "mark the future only: the triangle strictly above the diagonal"),
-    (2, dict(mask="past"), "the mask is transposed: it hides the past (j < i) instead of the future (j > i)"),
-    (2, dict(mask="tril1"), "the mask is the lower triangle (tril), not the upper: it hides the past, the diagonal "
-                            "and the key just after it, and keeps the rest of the future visible",
-     "mark the future, the triangle above the diagonal, with triu"),
-    (2, dict(mask="tril0"), "the mask is the lower triangle (tril), not the upper: it hides the past and the "
-                            "diagonal, and keeps the future visible",
-     "mark the future, the triangle above the diagonal, with triu"),
-    (2, dict(mask="zero"), "masked scores are set to 0, not -inf: exp(0) = 1 still gives the future a weight"),
-    (3, dict(softmax="queries"), "softmax over the wrong dimension: normalise each row over the keys (dim=-1)"),
-    (3, dict(softmax="unnormalised"), "the probabilities are not normalised: divide by the row sums "
-                                      "(or use torch.softmax)"),
+    Mistake(dict(scale="none"), "the scores are not scaled: multiply Q K^T by sm_scale", part=2),
+    Mistake(dict(scale="div"), "the scores are divided by sm_scale: multiply by it (it already is 1/sqrt(head_dim))",
+            part=2),
+    Mistake(dict(mask="none"), "the causal mask is missing: with causal=True, query i must not see keys j > i",
+            part=2),
+    Mistake(dict(mask="diag"), "mask off by one: the diagonal (key j == query i) is hidden too; query i must see "
+                               "its own key, and only the keys after it are hidden (row 0, left with no key at all, "
+                               "comes out NaN)",
+            "mark the future only: the triangle strictly above the diagonal", part=2),
+    Mistake(dict(mask="past"), "the mask is transposed: it hides the past (j < i) instead of the future (j > i)",
+            part=2),
+    Mistake(dict(mask="tril1"), "the mask is the lower triangle (tril), not the upper: it hides the past, the "
+                                "diagonal and the key just after it, and keeps the rest of the future visible",
+            "mark the future, the triangle above the diagonal, with triu", part=2),
+    Mistake(dict(mask="tril0"), "the mask is the lower triangle (tril), not the upper: it hides the past and the "
+                                "diagonal, and keeps the future visible",
+            "mark the future, the triangle above the diagonal, with triu", part=2),
+    Mistake(dict(mask="zero"), "masked scores are set to 0, not -inf: exp(0) = 1 still gives the future a weight",
+            part=2),
+    Mistake(dict(softmax="queries"), "softmax over the wrong dimension: normalise each row over the keys (dim=-1)",
+            part=3),
+    Mistake(dict(softmax="unnormalised"), "the probabilities are not normalised: divide by the row sums "
+                                          "(or use torch.softmax)", part=3),
 ]
 
 
@@ -163,12 +168,10 @@ def check_naive():
         if heads:
             raise Stop(fail("naive", 1, "does not match the float64 reference", where=where_attention(problem, case),
                             cause=heads[0], hint=heads[1]))
-        variants = [
-            ((part, text, hint[0] if hint else None), (lambda kw=kw: naive64(q, k, v, case.causal, case.scale, **kw)))
-            for part, kw, text, *hint in _NAIVE_MISTAKES
-        ]
+        variants = [(mistake, lambda kw=mistake.bug: naive64(q, k, v, case.causal, case.scale, **kw))
+                    for mistake in _NAIVE_MISTAKES]
         found = first_cause(out, variants, **tol(case.dtype))
-        part, cause, hint = found if found else (case.part, None, None)
+        part, cause, hint = (found.part, found.cause, found.hint) if found else (case.part, None, None)
         raise Stop(fail("naive", part, "does not match the float64 reference",
                         where=where_attention(problem, case), cause=cause, hint=hint,
                         compare=None if found else _COMPARE.get(case.part, _COMPARE[None])))
