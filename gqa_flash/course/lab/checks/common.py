@@ -284,17 +284,17 @@ def _own_work(module: str):
 def _failure(module: str, e: Exception, part) -> Stop:
     """A crash as a verdict: Triton's usual errors in words (triton_error), any other as raised."""
     p, line = _part_from_traceback(module, e)
-    line = line or compile_error_line(_file_of(module), e)
+    line = line or compile_error_line(file_of(module), e)
     p = p or _part_of_compile_error(module, e) or part
     where = f"{rel(module)}, line {line}" if line else None
-    known = triton_error(e, source_line(_file_of(module), e, line))
+    known = triton_error(e, source_line(file_of(module), e, line))
     if known is not None:
         message, cause, hint = known
         return Stop(fail(module, p, message, where=where, cause=cause, hint=hint))
     return Stop(fail(module, p, f"your code raised {describe_exception(e)}", where=where))
 
 
-def _file_of(module: str) -> Path:
+def file_of(module: str) -> Path:
     """The file of the module the checks run (impl.load's: a file of its own for a mutant in the tests)."""
     try:
         return Path(getattr(impl.load(module), "__file__", None) or impl.path_of(module)).resolve()
@@ -302,7 +302,7 @@ def _file_of(module: str) -> Path:
         return impl.path_of(module).resolve()
 
 
-def _part_regions(path: Path) -> list[tuple[int, int, int]]:
+def part_regions(path: Path) -> list[tuple[int, int, int]]:
     """(first line, last line, part) of every STUDENT IMPLEMENTATION banner in a file."""
     regions, start, part = [], None, None
     try:
@@ -322,7 +322,7 @@ def _part_regions(path: Path) -> list[tuple[int, int, int]]:
 def part_code(module: str, part: int) -> str:
     """The code of ``part`` in the file the checks run, comments left out: what a diagnosis may look for
     before it names an operator (never blame a ``%`` the part does not hold)."""
-    path = _file_of(module)
+    path = file_of(module)
     try:
         text = path.read_text()
         comments = [tok.start for tok in tokenize.generate_tokens(io.StringIO(text).readline)
@@ -332,13 +332,13 @@ def part_code(module: str, part: int) -> str:
     lines = text.splitlines()
     for row, col in comments:
         lines[row - 1] = lines[row - 1][:col]
-    return "\n".join(line.rstrip() for first, last, p in _part_regions(path) if p == part
+    return "\n".join(line.rstrip() for first, last, p in part_regions(path) if p == part
                      for line in lines[first - 1:last] if line.strip())
 
 
 def _part_from_traceback(module: str, exc: BaseException):
     """The part whose banner holds the deepest line of ``module``'s file in the traceback."""
-    path = _file_of(module)
+    path = file_of(module)
     line = None
     chain, e = [], exc
     while e is not None and e not in chain:  # the interpreter re-raises: look through the causes
@@ -355,7 +355,7 @@ def _part_from_traceback(module: str, exc: BaseException):
             tb = tb.tb_next
     if line is None:
         return None, None
-    for first, last, part in _part_regions(path):
+    for first, last, part in part_regions(path):
         if first <= line <= last:
             return part, line
     return None, line

@@ -21,7 +21,7 @@ from gqa_flash.course import runtime, testing
 from gqa_flash.course.lab.checks import replays
 from gqa_flash.course.lab.checks.cases import Case, kv_of
 from gqa_flash.course.lab.checks.common import (
-    PARTS, Mistake, Stop, Verdict, _file_of, _part_regions, fail, load, matches, prints_verdict, rel, run_student,
+    PARTS, Mistake, Stop, Verdict, fail, file_of, load, matches, part_regions, prints_verdict, rel, run_student,
     shape_problem, tol, what_of,
 )
 from gqa_flash.course.lab.checks.kernel_parts import PART_CHECKS
@@ -58,7 +58,7 @@ def _indicator_blocks(case: Case) -> int:
     return n_kb if case.head_dim >= n_kb + 1 else 0
 
 
-def _indicator_qkv(case: Case):
+def indicator_qkv(case: Case):
     """Inputs whose output says where each row's probability went.
 
     Column kb of V is 1 on the keys of key block kb and 0 elsewhere, so column
@@ -79,7 +79,7 @@ def _indicator_qkv(case: Case):
 
 
 def _run_kernel(fwd, case: Case):
-    q, k, v, n_kb = _indicator_qkv(case)
+    q, k, v, n_kb = indicator_qkv(case)
     result = run_student("forward", fwd.flash_attention_forward, q, k, v, causal=case.causal,
                          sm_scale=case.sm_scale, return_lse=True, config=kernel_config())
     return q, k, v, n_kb, result
@@ -281,12 +281,12 @@ _CALLED_BY_KEY_LOOP = (4, 5)
 
 def _calls_in_key_loop(helper: str) -> list[int]:
     """The lines of Part 3 (key_loop) in the checked file that call ``helper``."""
-    path = _file_of("forward")
+    path = file_of("forward")
     try:
         lines = path.read_text().splitlines()
     except OSError:
         return []
-    return [n for first, last, part in _part_regions(path) if part == 3 for n in range(first, last + 1)
+    return [n for first, last, part in part_regions(path) if part == 3 for n in range(first, last + 1)
             if f"{helper}(" in lines[n - 1] and not lines[n - 1].strip().startswith("#")]
 
 

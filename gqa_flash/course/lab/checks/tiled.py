@@ -24,7 +24,7 @@ from gqa_flash.course.lab.checks.common import (
 from gqa_flash.reference import reference_attention
 
 
-_TILED_CASES = [
+TILED_CASES = [
     Case("one head, no mask, two key tiles", (4, 5), seq_len=16, causal=False),
     Case("one head, causal, length 37", (2, 3), seq_len=37, seed=1),
     Case("GQA, 8 query heads on 2 KV heads, causal", 1, n_q_heads=8, n_kv_heads=2, seq_len=24, seed=2),
@@ -40,7 +40,7 @@ _WORK_CASE = Case("causal, length 50, head_dim 24", 2, n_q_heads=2, n_kv_heads=1
 
 # The mistakes whose answers replays.pt stores, each under its bug's name (tools/make_check_replays.py). Those of O
 # say what is wrong, in words, with no hint: the fix is yours to write.
-_TILED_MISTAKES = [
+TILED_MISTAKES = [
     Mistake("kv_mod", "query heads are dealt to the KV heads in turn; a group of consecutive query heads must "
                       "share one KV head", part=1),
     Mistake("skip_diagonal", "the causal key loop stops before the diagonal: a query tile must also visit the key "
@@ -64,7 +64,7 @@ _TILED_MISTAKES = [
                             "at the end", part=5),
 ]
 _LSE_HINT = "LSE = m + log(l), with the natural log (torch.log), once every key tile is in the running state"
-_TILED_LSE_MISTAKES = [
+TILED_LSE_MISTAKES = [
     Mistake("lse_m", "the LSE is missing the log of the running sum: it is the max plus that log",
             _LSE_HINT, part=5),
     Mistake("lse_log_l", "the LSE is missing the running max: it is the max plus the log of the running sum",
@@ -232,7 +232,7 @@ def _check_answers(case: Case):
         heads = gqa_cause("tiled", 1, head_mapping(out, q, k, v, case.causal, case.scale, **tol(case.dtype)),
                           case.n_q_heads, case.n_kv_heads)
         found = (Mistake(None, *heads, part=1) if heads else None) or first_cause(
-            out, [(mistake, answers[mistake.bug]) for mistake in _TILED_MISTAKES if mistake.bug in answers]
+            out, [(mistake, answers[mistake.bug]) for mistake in TILED_MISTAKES if mistake.bug in answers]
             + [(mistake, mistake.bug) for mistake in _computed_mistakes(q, k, v, case)], **tol(case.dtype)
         ) or _broadcast_cause(case)
         part, cause, hint = (found.part, found.cause, found.hint) if found else (case.part, None, None)
@@ -241,7 +241,7 @@ def _check_answers(case: Case):
                         compare=None if found else _COMPARE.get(case.part, _COMPARE[None])))
     problem = testing.mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
     if problem is not None:
-        found = first_cause(lse, [(mistake, answers[mistake.bug]) for mistake in _TILED_LSE_MISTAKES
+        found = first_cause(lse, [(mistake, answers[mistake.bug]) for mistake in TILED_LSE_MISTAKES
                                   if mistake.bug in answers], **testing.LSE_TOLERANCE)
         part, cause, hint = (found.part, found.cause, found.hint) if found else (5, None, None)
         b, h, i = problem.index
@@ -279,9 +279,9 @@ def _check_work(case: Case):
 def check_tiled():
     """tiled.py, Parts 1-5: cases that each isolate a part, then the count of scores the causal walk computes."""
     load("tiled")
-    for case in _TILED_CASES:
+    for case in TILED_CASES:
         _check_answers(case)
     _check_work(_WORK_CASE)  # right answers; now the work
     return Verdict(True, what_of("tiled", (1, 5)),
-                   f"O and LSE match the float64 reference in {len(_TILED_CASES)} cases "
+                   f"O and LSE match the float64 reference in {len(TILED_CASES)} cases "
                    "(MHA, GQA, MQA; causal and not; ragged; fp16), and the causal walk skips the future tiles")
