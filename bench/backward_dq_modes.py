@@ -109,9 +109,9 @@ def tiles(provider):
             tuned = getattr(impl.load("backward"), "_tuned", {})
             return "; ".join(f"{getattr(k, '__name__', '?')} {lab_bench.tile_text(t)}" for k, t in tuned.items())
         if provider == "fast_atomic":
-            return f"dkdv {lab_bench.tile_text(fast_backward._tuned.get('atomic'))}"
+            return f"dkdv {lab_bench.tile_text(fast_backward.autotuned_kernels.get('atomic'))}"
         if provider == "fast_separate":
-            tuned = fast_backward._tuned
+            tuned = fast_backward.autotuned_kernels
             return f"dkdv {lab_bench.tile_text(tuned.get('separate'))}; dq {lab_bench.tile_text(tuned.get('dq'))}"
     except Exception as e:  # the tiles are for reading, never a reason to stop
         return f"? ({type(e).__name__})"

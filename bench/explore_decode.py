@@ -60,8 +60,8 @@ def _split_prefetch_kernel(
     rows = tl.arange(0, BLOCK_M)
     row_ok = rows < (N_Q_HEADS // N_KV_HEADS) * N_Q
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    q, q_head, token = dec._group_tile(Q, batch_idx, kv_head_idx, rows, row_ok, offs_d, stride_qb, stride_qh,
-                                       stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS, N_Q, HEAD_DIM)
+    q, q_head, token = dec.group_tile(Q, batch_idx, kv_head_idx, rows, row_ok, offs_d, stride_qb, stride_qh,
+                                      stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS, N_Q, HEAD_DIM)
     seq_len = tl.load(SEQLENS + batch_idx)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)

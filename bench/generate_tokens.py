@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gqa_flash.course import impl, runtime  # noqa: E402  (first: it picks the interpreter before triton loads)
 from gqa_flash.course.lab import generate, tiny_model  # noqa: E402
 from gqa_flash.course.lab.bench import ENVIRONMENT, environment  # noqa: E402
-from gqa_flash.course.lab.bench_decode import _ints  # noqa: E402  (comma-separated positive integers)
+from gqa_flash.course.lab.bench_decode import positive_ints  # noqa: E402  (comma-separated positive integers)
 
 import triton  # noqa: E402
 
@@ -205,8 +205,8 @@ def run(out, batches, prompts, new_tokens, rounds, n_check, budget, smoke, log=p
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="the CSV to write")
-    parser.add_argument("--batches", type=_ints, default=(1, 8))
-    parser.add_argument("--prompts", type=_ints, default=(1024, 8192), help="prompt lengths, in tokens")
+    parser.add_argument("--batches", type=positive_ints, default=(1, 8))
+    parser.add_argument("--prompts", type=positive_ints, default=(1024, 8192), help="prompt lengths, in tokens")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens written in a timed loop (>= 2)")
     parser.add_argument("--check-tokens", type=int, default=8, help="tokens written in fp32 for the check")
     parser.add_argument("--rounds", type=int, default=5)

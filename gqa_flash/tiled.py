@@ -36,9 +36,9 @@ What you write, in five parts (notebook 03 checks them):
 
     Part 1  the GQA head mapping       which KV head each query head reads
     Part 2  the tile walk              both loops, and where the causal one stops
-    Part 3  _mask_future               the causal mask inside a diagonal tile
-    Part 4  _online_softmax_step       fold one tile of scores into (m, l, acc)
-    Part 5  _epilogue                  a query tile's rows of O and LSE
+    Part 3  mask_future                the causal mask inside a diagonal tile
+    Part 4  online_softmax_step        fold one tile of scores into (m, l, acc)
+    Part 5  epilogue                   a query tile's rows of O and LSE
 """
 
 import torch
@@ -95,7 +95,7 @@ def tiled_attention(q, k, v, causal=True, sm_scale=None, block_m=64, block_n=64,
     return (out, lse) if return_lse else out
 
 
-def _mask_future(s, q_idx, k_idx):
+def mask_future(s, q_idx, k_idx):
     """The causal mask of one tile of scores: ``s`` with -inf where a key is in its query's future.
 
     ``s`` is [B, Hq, rows, keys]: the scores of the queries at positions
@@ -119,7 +119,7 @@ def _mask_future(s, q_idx, k_idx):
     # --- END OF STUDENT IMPLEMENTATION ---
 
 
-def _online_softmax_step(m_i, l_i, acc, s, v_tile):
+def online_softmax_step(m_i, l_i, acc, s, v_tile):
     """Fold one tile of scores ``s`` and its values ``v_tile`` into the running state; return ``(m, l, acc)``.
 
     ``m_i``, ``l_i`` are [B, Hq, rows], ``acc`` is [B, Hq, rows, D], ``s`` is
@@ -146,7 +146,7 @@ def _online_softmax_step(m_i, l_i, acc, s, v_tile):
     # --- END OF STUDENT IMPLEMENTATION ---
 
 
-def _epilogue(m_i, l_i, acc):
+def epilogue(m_i, l_i, acc):
     """A query tile's rows of O ([B, Hq, rows, D]) and LSE ([B, Hq, rows]), from its final state."""
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 5) ---
     # After the last key tile, acc holds the sum of e^(score - m) * v and l

@@ -32,16 +32,16 @@ depend on the order of the additions and costs a read-modify-write each.)
 
 Three kernels, each on a grid of three axes (blocks, heads, batch), so that
 program_id(1) is the head and program_id(2) the batch:
-    _backward_preprocess   D, one number per query row              grid (query blocks, Hq,  B)
-    _backward_dkdv         dK, dV for one key block of a KV head    grid (key blocks,   Hkv, B)
-    _backward_dq           dQ for one query block of a query head   grid (query blocks, Hq,  B)
+    backward_preprocess    D, one number per query row              grid (query blocks, Hq,  B)
+    backward_dkdv          dK, dV for one key block of a KV head    grid (key blocks,   Hkv, B)
+    backward_dq            dQ for one query block of a query head   grid (query blocks, Hq,  B)
 
 What you write:
 
-    Part 1  _backward_preprocess   D for a block of query rows
-    Part 2  _backward_dkdv         the walk over the query blocks that see a key block; dK and dV
-    Part 3  _group_query_head      which query head is the h-th of a KV head's group
-    Part 4  _backward_dq           the walk over the key blocks a query block sees; dQ
+    Part 1  backward_preprocess    D for a block of query rows
+    Part 2  backward_dkdv          the walk over the query blocks that see a key block; dK and dV
+    Part 3  group_query_head       which query head is the h-th of a KV head's group
+    Part 4  backward_dq            the walk over the key blocks a query block sees; dQ
 
 The kernels are yours from the program's place in the grid to the store:
 which blocks to visit under the causal mask, every load and its mask, the
@@ -62,7 +62,7 @@ from gqa_flash.course import runtime
 
 
 @triton.jit
-def _backward_preprocess(
+def backward_preprocess(
     O, DO, Delta,
     stride_ob, stride_oh, stride_on, stride_od,
     stride_dob, stride_doh, stride_don, stride_dod,
@@ -103,7 +103,7 @@ def _backward_preprocess(
 
 
 @triton.jit
-def _backward_dkdv(
+def backward_dkdv(
     Q, K, V, DO, LSE, Delta, DK, DV,
     stride_qb, stride_qh, stride_qn, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -164,7 +164,7 @@ def _backward_dkdv(
     else:
         start_m = 0
     for h in range(0, group_size):
-        q_head_idx = _group_query_head(kv_head_idx, h, N_Q_HEADS, N_KV_HEADS)
+        q_head_idx = group_query_head(kv_head_idx, h, N_Q_HEADS, N_KV_HEADS)
         bh = batch_idx * N_Q_HEADS + q_head_idx  # row of LSE and Delta
         q_base = Q + batch_idx * stride_qb + q_head_idx.to(tl.int64) * stride_qh
         do_base = DO + batch_idx * stride_dob + q_head_idx.to(tl.int64) * stride_doh
@@ -200,7 +200,7 @@ def _backward_dkdv(
 
 
 @triton.jit
-def _group_query_head(kv_head_idx, h, N_Q_HEADS, N_KV_HEADS):
+def group_query_head(kv_head_idx, h, N_Q_HEADS, N_KV_HEADS):
     """The h-th query head (0 <= h < N_Q_HEADS // N_KV_HEADS) of KV head ``kv_head_idx``'s group."""
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 3) ---
     # The GQA sum. A KV head is read by group_size = N_Q_HEADS // N_KV_HEADS
@@ -221,7 +221,7 @@ def _group_query_head(kv_head_idx, h, N_Q_HEADS, N_KV_HEADS):
 
 
 @triton.jit
-def _backward_dq(
+def backward_dq(
     Q, K, V, DO, LSE, Delta, DQ,
     stride_qb, stride_qh, stride_qn, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -348,16 +348,16 @@ def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
     consts = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad)
 
     block_m = INTERPRETER_CONFIG["BLOCK_M"] if runtime.INTERPRETER else PREPROCESS_BLOCK_M
-    _backward_preprocess[(triton.cdiv(seq_len, block_m), n_q_heads, batch)](
+    backward_preprocess[(triton.cdiv(seq_len, block_m), n_q_heads, batch)](
         o, do, delta, *o.stride(), *do.stride(), seq_len, n_q_heads, BLOCK_M=block_m, **consts,
     )
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    dkdv, cfg = _kernel(_backward_dkdv)
+    dkdv, cfg = _kernel(backward_dkdv)
     dkdv[lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]), n_kv_heads, batch)](
         q, k, v, do, lse, delta, dk, dv, *strides, sm_scale, seq_len, n_q_heads, n_kv_heads,
         CAUSAL=causal, INPUT_PRECISION=precision, **consts, **cfg,
     )
-    dq_kernel, cfg = _kernel(_backward_dq)
+    dq_kernel, cfg = _kernel(backward_dq)
     dq_kernel[lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), n_q_heads, batch)](
         q, k, v, do, lse, delta, dq, *strides, sm_scale, seq_len, n_q_heads, n_kv_heads,
         CAUSAL=causal, INPUT_PRECISION=precision, **consts, **cfg,

@@ -58,10 +58,10 @@ does not run.
 
 What you write, in four ``@triton.jit`` helpers:
 
-    Part 1  _group_tile       the packed query tile of a KV group: heads x new tokens
-    Part 2  _page_slots       the page-table lookup: logical position -> (page, slot)
-    Part 3  _split_partial    one split's walk over its chunk: (acc, l, m), causal rule included
-    Part 4  _merge_splits     the log-sum-exp merge of the splits: one row of O and its LSE
+    Part 1  group_tile        the packed query tile of a KV group: heads x new tokens
+    Part 2  page_slots        the page-table lookup: logical position -> (page, slot)
+    Part 3  split_partial     one split's walk over its chunk: (acc, l, m), causal rule included
+    Part 4  merge_splits      the log-sum-exp merge of the splits: one row of O and its LSE
 """
 
 import triton
@@ -77,8 +77,8 @@ except ImportError:  # an older Triton: never called, since PDL is then refused 
 
 
 @triton.jit
-def _group_tile(Q, batch_idx, kv_head_idx, rows, row_ok, offs_d,
-                stride_qb, stride_qh, stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS, N_Q, HEAD_DIM):
+def group_tile(Q, batch_idx, kv_head_idx, rows, row_ok, offs_d,
+               stride_qb, stride_qh, stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS, N_Q, HEAD_DIM):
     """Load the packed query tile of KV head ``kv_head_idx``; return ``(q, q_head, token)``.
 
     ``rows`` are this program's tile rows (``tl.arange`` plus an offset),
@@ -120,8 +120,8 @@ def _group_tile(Q, batch_idx, kv_head_idx, rows, row_ok, offs_d,
 
 
 @triton.jit
-def _page_slots(BLOCK_TABLE, batch_idx, offs_n, key_ok, stride_tb, stride_tp,
-                PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr):
+def page_slots(BLOCK_TABLE, batch_idx, offs_n, key_ok, stride_tb, stride_tp,
+               PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr):
     """Where the keys at logical positions ``offs_n`` of sequence ``batch_idx`` live: ``(page, slot)``.
 
     The kernel reads the cache as ``[pages, slots, Hkv, D]``; see the module's
@@ -179,12 +179,12 @@ def _load_cache_tile(X, page, slot, kv_head_idx, offs_d, stride_page, stride_slo
 
 
 @triton.jit
-def _split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_head_idx, split_idx, seq_len,
-                   offs_d, qk_scale, CHUNK,
-                   stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
-                   stride_tb, stride_tp, N_Q, HEAD_DIM, N_PAGES,
-                   BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr,
-                   INPUT_PRECISION: tl.constexpr):
+def split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_head_idx, split_idx, seq_len,
+                  offs_d, qk_scale, CHUNK,
+                  stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd,
+                  stride_tb, stride_tp, N_Q, HEAD_DIM, N_PAGES,
+                  BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr,
+                  INPUT_PRECISION: tl.constexpr):
     """Walk this split's chunk of the context; return the partial ``(acc, l_i, m_i)`` of every row.
 
     ``q`` is the packed tile of Part 1 and ``token`` each row's new token;
@@ -224,13 +224,13 @@ def _split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_hea
     # H200, looking the pages up in the same step left a paged cache at 0.6-0.98 of the speed of
     # a contiguous one, the least at long contexts: notebooks/data/h200_decode_explore.csv.)
     offs_n = start + tl.arange(0, BLOCK_N)
-    page, slot = _page_slots(BLOCK_TABLE, batch_idx, offs_n, offs_n < end, stride_tb, stride_tp, PAGE_SIZE, PAGED)
+    page, slot = page_slots(BLOCK_TABLE, batch_idx, offs_n, offs_n < end, stride_tb, stride_tp, PAGE_SIZE, PAGED)
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < end
         ahead = offs_n + BLOCK_N  # the next block's positions
-        next_page, next_slot = _page_slots(BLOCK_TABLE, batch_idx, ahead, ahead < end,
-                                           stride_tb, stride_tp, PAGE_SIZE, PAGED)  # (none past the end)
+        next_page, next_slot = page_slots(BLOCK_TABLE, batch_idx, ahead, ahead < end,
+                                          stride_tb, stride_tp, PAGE_SIZE, PAGED)  # (none past the end)
         k = _load_cache_tile(K, page, slot, kv_head_idx, offs_d, stride_kp, stride_ks, stride_kh, stride_kd,
                              key_ok, HEAD_DIM, N_PAGES)
         v = _load_cache_tile(V, page, slot, kv_head_idx, offs_d, stride_vp, stride_vs, stride_vh, stride_vd,
@@ -254,7 +254,7 @@ def _split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_hea
 
 
 @triton.jit
-def _merge_splits(acc_s, l_s, m_s):
+def merge_splits(acc_s, l_s, m_s):
     """Merge each row's partial states; return ``(o, lse)``: the rows of O (fp32) and their natural-log LSE.
 
     ``acc_s`` [BLOCK_R, SPLITS_PAD, HEAD_DIM_PAD], ``l_s`` and ``m_s``
@@ -339,8 +339,8 @@ def _flash_decode_split_kernel(
     offs_d = tl.arange(0, HEAD_DIM_PAD)
 
     # Part 1: the group's query heads and new tokens, packed into one tile.
-    q, q_head, token = _group_tile(Q, batch_idx, kv_head_idx, rows, row_ok, offs_d,
-                                   stride_qb, stride_qh, stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS, N_Q, HEAD_DIM)
+    q, q_head, token = group_tile(Q, batch_idx, kv_head_idx, rows, row_ok, offs_d,
+                                  stride_qb, stride_qh, stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS, N_Q, HEAD_DIM)
 
     # Clamped to 0 .. CAPACITY (the positions the cache or this sequence's table row can hold), so
     # that no value of cache_seqlens makes a walk read past the cache or past the table's row.
@@ -350,16 +350,16 @@ def _flash_decode_split_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
 
     # Part 3 (Part 2 inside): this split's chunk of the sequence.
-    acc, l_i, m_i = _split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_head_idx, split_idx,
-                                   seq_len, offs_d, qk_scale, CHUNK,
-                                   stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh,
-                                   stride_vd, stride_tb, stride_tp, N_Q, HEAD_DIM, N_PAGES,
-                                   BLOCK_N, PAGE_SIZE, PAGED, INPUT_PRECISION)
+    acc, l_i, m_i = split_partial(acc, l_i, m_i, q, token, K, V, BLOCK_TABLE, batch_idx, kv_head_idx, split_idx,
+                                  seq_len, offs_d, qk_scale, CHUNK,
+                                  stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh,
+                                  stride_vd, stride_tb, stride_tp, N_Q, HEAD_DIM, N_PAGES,
+                                  BLOCK_N, PAGE_SIZE, PAGED, INPUT_PRECISION)
 
     if DIRECT:
         # One split holds the whole row: Part 4 merges a single state (normalises it) here, and no
         # merge kernel runs, which saves a launch and the partial state's trip through memory.
-        o, lse = _merge_splits(acc[:, None, :], l_i[:, None], m_i[:, None])
+        o, lse = merge_splits(acc[:, None, :], l_i[:, None], m_i[:, None])
         _store_rows(O, LSE, o, lse, batch_idx, q_head, token, offs_d, row_ok,
                     stride_ob, stride_oh, stride_on, stride_od, N_Q_HEADS, N_Q, HEAD_DIM)
     else:
@@ -403,7 +403,7 @@ def _flash_decode_merge_kernel(
                     mask=split_ok[:, :, None] & d_ok[None, None, :], other=0.0)
 
     # Part 4: the log-sum-exp merge.
-    o, lse = _merge_splits(acc_s, l_s, m_s)
+    o, lse = merge_splits(acc_s, l_s, m_s)
     _store_rows(O, LSE, o, lse, batch_idx, q_head, new_token, offs_d, row_ok,
                 stride_ob, stride_oh, stride_on, stride_od, N_Q_HEADS, N_Q, HEAD_DIM)
 

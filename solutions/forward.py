@@ -40,12 +40,12 @@ What you write: the kernel, in six ``@triton.jit`` helpers, one idea each.
 The kernel at the bottom only calls them in order (Triton inlines helpers, so
 they cost nothing), and notebook 04 checks each on its own.
 
-    Part 1  _program_ids            which tile, batch and heads this program owns
-    Part 2  _load_tile              a masked [rows, columns] tile, any strides
-    Part 3  _key_loop               both phases of the key loop, with their bounds
-    Part 4  _online_softmax_update  fold one tile of scores into (acc, l_i, m_i)
-    Part 5  _mask_scores            the causal mask and the ragged tail
-    Part 6  _epilogue               normalise; store O and the LSE
+    Part 1  program_ids             which tile, batch and heads this program owns
+    Part 2  load_tile               a masked [rows, columns] tile, any strides
+    Part 3  key_loop                both phases of the key loop, with their bounds
+    Part 4  online_softmax_update   fold one tile of scores into (acc, l_i, m_i)
+    Part 5  mask_scores             the causal mask and the ragged tail
+    Part 6  epilogue                normalise; store O and the LSE
 """
 
 import torch
@@ -56,7 +56,7 @@ from gqa_flash.course import runtime  # picks the interpreter before the kernels
 
 
 @triton.jit
-def _program_ids(N_Q_HEADS, N_KV_HEADS):
+def program_ids(N_Q_HEADS, N_KV_HEADS):
     """Returns ``(q_tile_idx, batch_idx, q_head_idx, kv_head_idx)`` for this program."""
     # --- STUDENT IMPLEMENTATION REQUIRED HERE (Part 1) ---
     # Every program computes the same code; only its place in the launch grid
@@ -85,7 +85,7 @@ def _program_ids(N_Q_HEADS, N_KV_HEADS):
 
 
 @triton.jit
-def _load_tile(X, batch_idx, head_idx, rows, cols, stride_b, stride_h, stride_row, stride_col, n_rows, n_cols):
+def load_tile(X, batch_idx, head_idx, rows, cols, stride_b, stride_h, stride_row, stride_col, n_rows, n_cols):
     """Load the [len(rows), len(cols)] tile ``X[batch_idx, head_idx, rows, cols]``.
 
     ``rows`` and ``cols`` are 1-D index ranges (``tl.arange`` plus an offset);
@@ -118,11 +118,11 @@ def _load_tile(X, batch_idx, head_idx, rows, cols, stride_b, stride_h, stride_ro
 
 
 @triton.jit
-def _key_loop(acc, l_i, m_i, q, K, V, batch_idx, kv_head_idx,
-              stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
-              q_tile_idx, offs_m, offs_d, qk_scale, SEQ_LEN, HEAD_DIM,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-              INPUT_PRECISION: tl.constexpr):
+def key_loop(acc, l_i, m_i, q, K, V, batch_idx, kv_head_idx,
+             stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+             q_tile_idx, offs_m, offs_d, qk_scale, SEQ_LEN, HEAD_DIM,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+             INPUT_PRECISION: tl.constexpr):
     """Stream every key block this query tile needs past it; return the new ``(acc, l_i, m_i)``.
 
     ``q`` is the [BLOCK_M, HEAD_DIM_PAD] query tile (rows ``offs_m``,
@@ -134,7 +134,7 @@ def _key_loop(acc, l_i, m_i, q, K, V, batch_idx, kv_head_idx,
     # two phases (the module's docstring draws them).
     #   Phase 1 needs no mask. Causal: the keys before this query tile's first
     #   row, which every row of the tile sees. Not causal: every *full* block.
-    #   Phase 2 goes through _mask_scores. Causal: the diagonal, the blocks
+    #   Phase 2 goes through mask_scores. Causal: the diagonal, the blocks
     #   holding this tile's own rows (and no further: a block past the
     #   diagonal holds only future keys, so it is skipped, never loaded;
     #   that is half of causal attention's work saved). Not causal: the
@@ -157,21 +157,21 @@ def _key_loop(acc, l_i, m_i, q, K, V, batch_idx, kv_head_idx,
         masked_end = SEQ_LEN
     for start_n in range(0, unmasked_end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_tile(K, batch_idx, kv_head_idx, offs_n, offs_d, stride_kb, stride_kh, stride_kn, stride_kd,
-                       SEQ_LEN, HEAD_DIM)
-        v = _load_tile(V, batch_idx, kv_head_idx, offs_n, offs_d, stride_vb, stride_vh, stride_vn, stride_vd,
-                       SEQ_LEN, HEAD_DIM)
+        k = load_tile(K, batch_idx, kv_head_idx, offs_n, offs_d, stride_kb, stride_kh, stride_kn, stride_kd,
+                      SEQ_LEN, HEAD_DIM)
+        v = load_tile(V, batch_idx, kv_head_idx, offs_n, offs_d, stride_vb, stride_vh, stride_vn, stride_vd,
+                      SEQ_LEN, HEAD_DIM)
         s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
-        acc, l_i, m_i = _online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION)
+        acc, l_i, m_i = online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION)
     for start_n in range(unmasked_end, masked_end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_tile(K, batch_idx, kv_head_idx, offs_n, offs_d, stride_kb, stride_kh, stride_kn, stride_kd,
-                       SEQ_LEN, HEAD_DIM)
-        v = _load_tile(V, batch_idx, kv_head_idx, offs_n, offs_d, stride_vb, stride_vh, stride_vn, stride_vd,
-                       SEQ_LEN, HEAD_DIM)
+        k = load_tile(K, batch_idx, kv_head_idx, offs_n, offs_d, stride_kb, stride_kh, stride_kn, stride_kd,
+                      SEQ_LEN, HEAD_DIM)
+        v = load_tile(V, batch_idx, kv_head_idx, offs_n, offs_d, stride_vb, stride_vh, stride_vn, stride_vd,
+                      SEQ_LEN, HEAD_DIM)
         s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
-        s = _mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL)
-        acc, l_i, m_i = _online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION)
+        s = mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL)
+        acc, l_i, m_i = online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION)
     return acc, l_i, m_i
     ### STUB
     # return acc, l_i, m_i  # Placeholder: no key is ever visited
@@ -180,7 +180,7 @@ def _key_loop(acc, l_i, m_i, q, K, V, batch_idx, kv_head_idx,
 
 
 @triton.jit
-def _online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION: tl.constexpr):
+def online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION: tl.constexpr):
     """Fold one [BLOCK_M, BLOCK_N] tile of scores ``s`` (already scaled by
     ``qk_scale``, so in log2 units) and its [BLOCK_N, HEAD_DIM_PAD] values
     ``v`` into the running state. Returns the new ``(acc, l_i, m_i)``."""
@@ -211,7 +211,7 @@ def _online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL: tl.constexpr):
+def mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL: tl.constexpr):
     """Return ``s`` with -inf for the keys that row ``offs_m[i]`` must not see.
 
     ``s`` is a [BLOCK_M, BLOCK_N] tile of scores of query rows ``offs_m``
@@ -240,8 +240,8 @@ def _mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _epilogue(acc, l_i, m_i, O, LSE, batch_idx, q_head_idx, offs_m, offs_d,
-              stride_ob, stride_oh, stride_on, stride_od, stride_lb, stride_lh, stride_ln, SEQ_LEN, HEAD_DIM):
+def epilogue(acc, l_i, m_i, O, LSE, batch_idx, q_head_idx, offs_m, offs_d,
+             stride_ob, stride_oh, stride_on, stride_od, stride_lb, stride_lh, stride_ln, SEQ_LEN, HEAD_DIM):
     """Normalise the accumulator; store the tile's rows of O and their LSE.
 
     O is [B, Hq, SEQ_LEN, HEAD_DIM] in the input's dtype, LSE is
@@ -302,7 +302,7 @@ def _flash_attention_forward_gqa_kernel(
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
 
     # Part 1: which query tile, batch and heads are this program's.
-    q_tile_idx, batch_idx, q_head_idx, kv_head_idx = _program_ids(N_Q_HEADS, N_KV_HEADS)
+    q_tile_idx, batch_idx, q_head_idx, kv_head_idx = program_ids(N_Q_HEADS, N_KV_HEADS)
 
     # The rows of this query tile and the head-dim columns (HEAD_DIM_PAD of
     # them: the ones at or past HEAD_DIM are padding).
@@ -310,8 +310,8 @@ def _flash_attention_forward_gqa_kernel(
     offs_d = tl.arange(0, HEAD_DIM_PAD)
 
     # Part 2: the Q tile, loaded once and kept for the whole key loop.
-    q = _load_tile(Q, batch_idx, q_head_idx, offs_m, offs_d, stride_qb, stride_qh, stride_qn, stride_qd,
-                   SEQ_LEN, HEAD_DIM)
+    q = load_tile(Q, batch_idx, q_head_idx, offs_m, offs_d, stride_qb, stride_qh, stride_qn, stride_qd,
+                  SEQ_LEN, HEAD_DIM)
 
     # The online-softmax state of each row, in fp32 whatever the input dtype.
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -320,14 +320,14 @@ def _flash_attention_forward_gqa_kernel(
     qk_scale = sm_scale * 1.4426950408889634  # log2(e): scores come out in log2 units
 
     # Part 3 (with Parts 4 and 5 inside): every key block this tile needs.
-    acc, l_i, m_i = _key_loop(acc, l_i, m_i, q, K, V, batch_idx, kv_head_idx,
-                              stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
-                              q_tile_idx, offs_m, offs_d, qk_scale, SEQ_LEN, HEAD_DIM,
-                              BLOCK_M, BLOCK_N, CAUSAL, INPUT_PRECISION)
+    acc, l_i, m_i = key_loop(acc, l_i, m_i, q, K, V, batch_idx, kv_head_idx,
+                             stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+                             q_tile_idx, offs_m, offs_d, qk_scale, SEQ_LEN, HEAD_DIM,
+                             BLOCK_M, BLOCK_N, CAUSAL, INPUT_PRECISION)
 
     # Part 6: normalise, and store this tile's rows of O and LSE.
-    _epilogue(acc, l_i, m_i, O, LSE, batch_idx, q_head_idx, offs_m, offs_d,
-              stride_ob, stride_oh, stride_on, stride_od, stride_lb, stride_lh, stride_ln, SEQ_LEN, HEAD_DIM)
+    epilogue(acc, l_i, m_i, O, LSE, batch_idx, q_head_idx, offs_m, offs_d,
+             stride_ob, stride_oh, stride_on, stride_od, stride_lb, stride_lh, stride_ln, SEQ_LEN, HEAD_DIM)
 
 
 # --- Choosing tiles --------------------------------------------------------

@@ -39,10 +39,10 @@ with them, side by side with PyTorch's attention.
 
 | part | what | where |
 | --- | --- | --- |
-| 1 | $D$, one number per query row | `backward.py`, `_backward_preprocess` |
-| 2 | $dK$ and $dV$ for one block of keys: which query blocks to visit, what to load, and each block's share | `backward.py`, `_backward_dkdv` |
-| 3 | the GQA sum: which query heads a KV head's gradient adds up | `backward.py`, `_group_query_head` |
-| 4 | $dQ$ for one block of queries: which key blocks to visit, and each block's share | `backward.py`, `_backward_dq` |
+| 1 | $D$, one number per query row | `backward.py`, `backward_preprocess` |
+| 2 | $dK$ and $dV$ for one block of keys: which query blocks to visit, what to load, and each block's share | `backward.py`, `backward_dkdv` |
+| 3 | the GQA sum: which query heads a KV head's gradient adds up | `backward.py`, `group_query_head` |
+| 4 | $dQ$ for one block of queries: which key blocks to visit, and each block's share | `backward.py`, `backward_dq` |
 
 The kernels are yours from the program's place in the grid to the store: the bounds of each walk under
 the causal mask, every load and its mask, the units of the exponential and where the softmax scale goes.
@@ -145,9 +145,9 @@ the likely cause and a fix. Try to find the cause yourself first: that is the le
 Three questions to answer on paper before you write a line. Draw the $N \times N$ grid of (query, key) pairs under the
 causal mask, cut into blocks of `BLOCK_M` queries and `BLOCK_N` keys.
 
-* A program of `_backward_dkdv` owns key block $j$. **Which query blocks does it need?** Which is the first? Which is
+* A program of `backward_dkdv` owns key block $j$. **Which query blocks does it need?** Which is the first? Which is
   the last?
-* A program of `_backward_dq` owns query block $t$. **Which key blocks does it need?**
+* A program of `backward_dq` owns query block $t$. **Which key blocks does it need?**
 * The forward stored the LSE as a natural log, and the kernels recompute $P$ with `tl.exp2`. **In what units is each
   number of the exponent, and where does $s$ (`sm_scale`) appear in each gradient?**
 

@@ -24,7 +24,7 @@ from gqa_flash.course.lab.checks.cases import LOG2E, kv_index  # noqa: E402
 def tiled64(q, k, v, causal, sm_scale, block_m, block_n, bug=None):
     """FlashAttention's tile walk (as in tiled.py) in float64, with at most one known bug.
 
-    Returns (O, LSE) in float64. ``bug`` names the mistake; see _TILED_MISTAKES and _TILED_LSE_MISTAKES.
+    Returns (O, LSE) in float64. ``bug`` names the mistake; see TILED_MISTAKES and TILED_LSE_MISTAKES.
     """
     q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
     batch, n_q_heads, n, d = q.shape
@@ -77,19 +77,19 @@ def tiled64(q, k, v, causal, sm_scale, block_m, block_n, bug=None):
 
 
 def tiled_answers(inputs: dict | None = None) -> dict:
-    """For each case of check_tiled: its inputs, and O of every mistake of _TILED_MISTAKES and the LSE of
-    every one of _TILED_LSE_MISTAKES (float32), each only where it differs from the right answer."""
+    """For each case of check_tiled: its inputs, and O of every mistake of TILED_MISTAKES and the LSE of
+    every one of TILED_LSE_MISTAKES (float32), each only where it differs from the right answer."""
     entries = {}
-    for case in tiled._TILED_CASES:
+    for case in tiled.TILED_CASES:
         q, k, v = (t.to(case.dtype) for t in inputs[case.name]) if inputs else (t.cpu() for t in case.qkv())
         walk = lambda bug: tiled64(q, k, v, case.causal, case.scale, case.block_m, case.block_n, bug)  # noqa: E731
         right = walk(None)
         answers = {}
-        for which, mistakes in ((0, tiled._TILED_MISTAKES), (1, tiled._TILED_LSE_MISTAKES)):
-            for _, bug, _ in mistakes:
-                answer = walk(bug)[which]
+        for which, mistakes in ((0, tiled.TILED_MISTAKES), (1, tiled.TILED_LSE_MISTAKES)):
+            for mistake in mistakes:
+                answer = walk(mistake.bug)[which]
                 if not torch.equal(answer, right[which]):  # a mistake this case cannot show
-                    answers[bug] = answer.float()
+                    answers[mistake.bug] = answer.float()
         entries[case.name] = {"inputs": [t.float() for t in (q, k, v)], "answers": answers}
     return entries
 
@@ -97,7 +97,7 @@ def tiled_answers(inputs: dict | None = None) -> dict:
 def kernel_answers(inputs: dict | None = None) -> dict:
     """The gallery's indicator inputs, and O and the LSE of each bug of KERNEL_BUGS on them (float32)."""
     case = kernel.gallery_case()
-    q, k, v = (t.to(case.dtype) for t in inputs[case.name]) if inputs else (t.cpu() for t in kernel._indicator_qkv(case)[:3])
+    q, k, v = (t.to(case.dtype) for t in inputs[case.name]) if inputs else (t.cpu() for t in kernel.indicator_qkv(case)[:3])
     answers = {}
     for bug in kernel.KERNEL_BUGS:
         if bug is None:  # the right answer is the reference's
@@ -110,7 +110,7 @@ def kernel_answers(inputs: dict | None = None) -> dict:
 
 
 def all_answers(inputs: dict | None = None) -> dict:
-    """Every check's entries, from freshly drawn inputs, or from ``inputs`` ({check: {case: (q, k, v)}})."""
+    """Every check's entries, from freshly drawn inputs, or from ``inputs`` ({group: {case: (q, k, v)}})."""
     inputs = inputs or {}
     return {"tiled": tiled_answers(inputs.get("tiled")), "kernel": kernel_answers(inputs.get("kernel"))}
 

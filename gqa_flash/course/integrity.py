@@ -68,7 +68,7 @@ class IntegrityViolation(AssertionError):
 
 
 @functools.lru_cache(maxsize=4096)
-def _resolved(filename: str) -> Path | None:
+def resolved_file(filename: str) -> Path | None:
     """A code object's file, resolved once (the guard looks at every frame of every PyTorch call)."""
     try:
         return Path(filename).resolve()
@@ -78,7 +78,7 @@ def _resolved(filename: str) -> Path | None:
 
 @functools.lru_cache(maxsize=4096)
 def _forbidden_file(filename: str) -> bool:
-    path = _resolved(filename)
+    path = resolved_file(filename)
     return path is not None and (path in _FORBIDDEN_FILES or any(d in path.parents for d in _FORBIDDEN_DIRS))
 
 
@@ -125,7 +125,7 @@ class own_work:
         """The innermost frame of the graded file at or above ``start`` (None: none on the stack)."""
         frame = start
         while frame is not None:
-            if _resolved(frame.f_code.co_filename) == self.file:
+            if resolved_file(frame.f_code.co_filename) == self.file:
                 return frame
             frame = frame.f_back
         return None
@@ -141,7 +141,7 @@ class own_work:
         frame = sys._getframe(1)
         outermost = None
         while frame is not None and frame is not self._entry:
-            if _forbidden_frame(frame) and _resolved(frame.f_code.co_filename) != self.file:
+            if _forbidden_frame(frame) and resolved_file(frame.f_code.co_filename) != self.file:
                 outermost = frame
             frame = frame.f_back
         if outermost is not None:
@@ -152,7 +152,7 @@ class own_work:
         code = getattr(getattr(fn, "__code__", None), "co_filename", None)
         if code is None:
             return
-        path = _resolved(code)
+        path = resolved_file(code)
         name = getattr(fn, "__name__", "?")
         if launched and path != self.file:
             raise self._violation(self._graded_frame(sys._getframe(1)),

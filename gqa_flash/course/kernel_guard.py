@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from gqa_flash.course.integrity import _resolved
+from gqa_flash.course.integrity import resolved_file
 
 
 class KernelOnlyViolation(AssertionError):
@@ -112,7 +112,7 @@ class kernel_only:
         while graded is not None and frame is not None and frame.f_code not in self._launch_codes:
             name = frame.f_code.co_filename
             # The graded file, or code made from a string at run time (which no gate read)
-            if _resolved(name) == graded or (name.startswith("<") and not name.startswith("<frozen")):
+            if resolved_file(name) == graded or (name.startswith("<") and not name.startswith("<frozen")):
                 return True
             frame = frame.f_back
         return False

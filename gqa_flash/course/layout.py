@@ -59,14 +59,14 @@ STUDENT_FILES = {
          3: "causal mask on the diagonal tiles", 4: "online-softmax update", 5: "epilogue: O and LSE"}, 25),
     "forward": StudentFile(
         "reference.reference_attention (O and the LSE)", "04_triton_kernel", "check_forward",
-        {1: "_program_ids", 2: "_load_tile", 3: "_key_loop", 4: "_online_softmax_update", 5: "_mask_scores",
-         6: "_epilogue"}, 40),
+        {1: "program_ids", 2: "load_tile", 3: "key_loop", 4: "online_softmax_update", 5: "mask_scores",
+         6: "epilogue"}, 40),
     "backward": StudentFile(
         "reference.reference_gradients", "06_backward_and_training", "check_backward",
         {1: "D = rowsum(dO * O)", 2: "dK and dV", 3: "the GQA sum", 4: "dQ"}, 20, bonus=True),
     "decode": StudentFile(
         "reference.reference_decode", "07_decoding", "check_decode",
-        {1: "_group_tile", 2: "_page_slots", 3: "_split_partial", 4: "_merge_splits"}, 15, bonus=True),
+        {1: "group_tile", 2: "page_slots", 3: "split_partial", 4: "merge_splits"}, 15, bonus=True),
     "ring": StudentFile(
         "reference.reference_attention (O and the LSE)", "08_context_parallel", "check_ring_attention",
         {1: "ring_source", 2: "block_pairs", 3: "merge_blocks"}, 10, bonus=True),

@@ -204,7 +204,7 @@ def peaked_qkv(seed=0, block=16, seq_len=None, batch=1, n_q_heads=4, n_kv_heads=
 class Mismatch:
     """Where an output first differs from the reference, and by how much."""
 
-    what: str
+    name: str  # the output's: "O", "the LSE", "dQ"...
     index: tuple
     got: float
     expected: float
@@ -216,9 +216,9 @@ class Mismatch:
     nans: int = 0  # entries that are NaN (their error counts as infinite)
 
     def __str__(self) -> str:
-        where = ", ".join(f"{name} {i}" for name, i in zip(self.labels, self.index))
+        where = ", ".join(f"{label} {i}" for label, i in zip(self.labels, self.index))
         text = (
-            f"{self.what}: first wrong at {where}: got {self.got:.6g}, expected {self.expected:.6g} "
+            f"{self.name}: first wrong at {where}: got {self.got:.6g}, expected {self.expected:.6g} "
             f"({self.wrong} of {self.total} entries wrong"
             + (f", {self.nans} of them NaN" if 0 < self.nans < self.total else "")
             + f", max |error| {self.max_error:.3g})"
@@ -231,16 +231,16 @@ class Mismatch:
         return text
 
 
-def mismatch(what, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col")):
+def mismatch(name, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col")):
     """None when ``out`` matches ``ref`` within tolerance, else a :class:`Mismatch`.
 
     NaN or inf in ``out`` always counts as wrong. Shape and dtype problems are
     reported as a Mismatch with an empty index.
     """
     if type(out) is not torch.Tensor:  # a subclass could compute its values later, outside the graded call
-        return _shape_problem(what, f"expected a plain torch.Tensor, got {type(out).__name__}")
+        return _shape_problem(name, f"expected a plain torch.Tensor, got {type(out).__name__}")
     if tuple(out.shape) != tuple(ref.shape):
-        return _shape_problem(what, f"expected shape {list(ref.shape)}, got {list(out.shape)}")
+        return _shape_problem(name, f"expected shape {list(ref.shape)}, got {list(out.shape)}")
     got = out.detach().to("cpu", torch.float64)
     exp = ref.detach().to("cpu", torch.float64)
     err = (got - exp).abs()
@@ -252,7 +252,7 @@ def mismatch(what, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col
     first = tuple(int(i) for i in bad.nonzero()[0])
     finite_err = torch.where(torch.isfinite(err), err, torch.full_like(err, float("inf")))
     return Mismatch(
-        what=what,
+        name=name,
         index=first,
         got=float(got[first]),
         expected=float(exp[first]),
@@ -266,21 +266,21 @@ def mismatch(what, out, ref, *, atol, rtol, labels=("batch", "head", "row", "col
 
 
 class _ShapeProblem(Mismatch):
-    def __init__(self, what, message):
-        super().__init__(what, (), float("nan"), float("nan"), float("inf"), 1, 1)
+    def __init__(self, name, message):
+        super().__init__(name, (), float("nan"), float("nan"), float("inf"), 1, 1)
         self.message = message
 
     def __str__(self):
-        return f"{self.what}: {self.message}"
+        return f"{self.name}: {self.message}"
 
 
-def _shape_problem(what, message):
-    return _ShapeProblem(what, message)
+def _shape_problem(name, message):
+    return _ShapeProblem(name, message)
 
 
-def assert_matches(what, out, ref, dtype, context=""):
+def assert_matches(name, out, ref, dtype, context=""):
     """Assert ``out`` matches the float64 ``ref`` within ``dtype``'s tolerance."""
-    problem = mismatch(what, out, ref, **TOLERANCES[dtype])
+    problem = mismatch(name, out, ref, **TOLERANCES[dtype])
     if problem is not None:
         raise AssertionError(f"{problem}{'; ' + context if context else ''}")
 

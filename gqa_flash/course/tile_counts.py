@@ -100,7 +100,7 @@ def score_elements_needed(batch, n_q_heads, seq_len, block_m, block_n, causal=Tr
 # The backward's walks, counted the same way: dK/dV and dQ
 # --------------------------------------------------------------------------
 
-BACKWARD_KERNELS = {"_backward_dkdv": "dkdv", "_backward_dq": "dq"}
+BACKWARD_KERNELS = {"backward_dkdv": "dkdv", "backward_dq": "dq"}
 """The backward kernels whose score tiles are counted (their names in backward.py) and their short names."""
 
 

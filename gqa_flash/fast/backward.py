@@ -400,7 +400,7 @@ FP32_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
 DQ_FP32_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=8, num_stages=1)
 DELTA_ROWS = 64  # rows of D a program computes on a GPU (16 in the interpreter)
 _KEY = ["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL"]
-_tuned = {}
+autotuned_kernels = {}  # by mode, built on first use; lab/bench.py reads the tiles they picked
 _picks = {}  # (mode or "dq", key) -> the autotuner's pick, launched directly from then on (forward.py's _picks)
 
 
@@ -409,16 +409,16 @@ def _kernel(name):
 
     One autotuner a mode, each with its own cache of best tiles; only the one-pass kernel adds
     into DQ, so only its trials must zero DQ again (``reset_to_zero``)."""
-    if name not in _tuned:
+    if name not in autotuned_kernels:
         if name == "dq":
             tuner = triton.autotune(configs=DQ_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune_dq})
-            _tuned[name] = tuner(_fast_dq_kernel)
+            autotuned_kernels[name] = tuner(_fast_dq_kernel)
         else:
             extra = dict(reset_to_zero=["DQ"]) if name == "atomic" else {}
             tuner = triton.autotune(configs=CONFIGS if name == "atomic" else SEPARATE_CONFIGS, key=_KEY,
                                     prune_configs_by={"early_config_prune": _prune}, **extra)
-            _tuned[name] = tuner(_fast_backward_kernel)
-    return _tuned[name]
+            autotuned_kernels[name] = tuner(_fast_backward_kernel)
+    return autotuned_kernels[name]
 
 
 def _launch(kernel, name, grid, descs, config, interpreter_config, fp32_config, key, head_dim_pad, *args,

@@ -25,7 +25,7 @@ from mutants.catalog import MUTANTS, _m, serve  # noqa: E402
 
 def _cause(part, bug, name):
     """The cause the check gives for ``bug`` in ``part``, found in ``name`` (dQ, dK or dV)."""
-    return backward._mistake_text(dict((b, c) for b, c, _ in backward._MISTAKES[part])[bug], name, part)
+    return backward._mistake_text({m.bug: m.cause for m in backward._MISTAKES[part]}[bug], name, part)
 
 
 # Each classic backward.py bug: the check that must catch it, and the cause it must give.

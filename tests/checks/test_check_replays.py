@@ -51,7 +51,7 @@ def test_the_stored_answers_are_what_the_tool_writes():
 
 
 def test_every_case_has_its_inputs_and_answers_stored():
-    for case in tiled._TILED_CASES:
+    for case in tiled.TILED_CASES:
         (q, k, v), answers = replays.stored("tiled", case.name, case.dtype)
         assert q.dtype == case.dtype and q.shape == (case.batch, case.n_q_heads, case.seq_len, case.head_dim)
         assert answers, case.name
@@ -63,7 +63,7 @@ def test_every_case_has_its_inputs_and_answers_stored():
 
 def test_the_model_with_no_mistake_is_the_reference():
     tool = _tool()
-    for case in tiled._TILED_CASES:
+    for case in tiled.TILED_CASES:
         q, k, v = case.qkv()
         out, lse = tool.tiled64(q, k, v, case.causal, case.scale, case.block_m, case.block_n)
         ref, ref_lse = reference_attention(q, k, v, causal=case.causal)
@@ -101,5 +101,5 @@ def test_check_tiled_names_the_cause_of_each_classic_bug(mutant, tmp_path, monke
     if expected is None:
         assert "raised" in verdict.message, verdict
         return
-    text = {bug: t for _, bug, t in tiled._TILED_MISTAKES + tiled._TILED_LSE_MISTAKES}[expected]
+    text = {m.bug: m.cause for m in tiled.TILED_MISTAKES + tiled.TILED_LSE_MISTAKES}[expected]
     assert verdict.cause == text, f"{mutant.name} ({mutant.bug}): expected the cause {expected!r}, got {verdict}"

@@ -131,9 +131,9 @@ def test_the_part_check_names_the_mistake(name, tmp_path, monkeypatch, capsys):
 
 
 def test_a_check_shows_the_cause_only_when_run_again(tmp_path, monkeypatch, capsys):
-    from gqa_flash.course.lab.checks import verdict as verdicts
+    from gqa_flash.course.lab.checks import common
 
-    monkeypatch.setattr(verdicts, "_SEEN", {})
+    monkeypatch.setattr(common, "_SEEN", {})
     serve(BY_NAME["qk_scale_forgotten"].imported(tmp_path), "decode", monkeypatch)
     SPLIT()
     first = capsys.readouterr().out
@@ -148,5 +148,5 @@ def test_flash_decode_waits_for_the_parts_that_make_addresses(tmp_path, monkeypa
 
     serve(BY_NAME["decode_page_and_slot_swapped"].imported(tmp_path), "decode", monkeypatch)
     verdict = check_decode.verdict()
-    assert not verdict.ok and verdict.message == "not run yet: decode.py Part 2 (_page_slots) fails its own check above"
+    assert not verdict.ok and verdict.message == "not run yet: decode.py Part 2 (page_slots) fails its own check above"
     assert verdict.cause is None and "Parts 1 to 3" in verdict.hint, verdict  # shown at once: nothing to find out

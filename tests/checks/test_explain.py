@@ -15,7 +15,7 @@ import pytest
 
 from gqa_flash.course import impl
 from gqa_flash.course.lab.checks import naive, softmax, tiled
-from gqa_flash.course.lab.checks import verdict as v
+from gqa_flash.course.lab.checks import common as v
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import serve  # noqa: E402

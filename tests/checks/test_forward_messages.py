@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from gqa_flash.course import impl, runtime
-from gqa_flash.course.lab.checks import kernel, kernel_parts, kernel_walk, triton_errors, verdict
+from gqa_flash.course.lab.checks import common, kernel, kernel_parts, kernel_walk, triton_errors
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/, where mutants/ is
 from mutants.catalog import MUTANTS, serve  # noqa: E402
@@ -128,13 +128,13 @@ def test_a_forgotten_qk_scale_fails_part_3_and_the_kernel_names_it(tmp_path, mon
     whole = kernel.check_forward.verdict()
     assert not whole.ok and "qk_scale" in whole.cause, str(whole)
     # Even were Part 3's check to pass, the whole kernel's check names the scale, not the course's code.
-    passing = [verdict.Verdict(True, verdict.what("forward", p), "passes") for p in range(1, 7)]
+    passing = [common.Verdict(True, common.what_of("forward", p), "passes") for p in range(1, 7)]
     whole = kernel.check_forward.verdict(passing)
     assert "never multiplied by qk_scale" in whole.cause and "the loads, the loops" not in whole.cause, str(whole)
 
 
 def test_qk_scale_missing_in_one_phase_only(tmp_path, monkeypatch):
-    masked = _SCORES + "        s = _mask_scores"
+    masked = _SCORES + "        s = mask_scores"
     plant(tmp_path, monkeypatch, (masked, masked.replace(" * qk_scale", ""), 1))
     v = failing(kernel_walk.check_key_loop, 3)
     assert v.cause.startswith("phase 2's scores are not multiplied by qk_scale"), str(v)
@@ -152,7 +152,7 @@ def test_part_3_blames_part_2_only_when_part_2_fails(tmp_path, monkeypatch):
                                   "ptrs = base + rows[:, None] * stride_col + cols[None, :] * stride_row", 1))
     assert not kernel_walk.check_load_tile.verdict().ok
     v = failing(kernel_walk.check_key_loop, 3)
-    assert "Part 2 (_load_tile) fails its own check" in v.cause and "Part 2's check" in v.hint, str(v)
+    assert "Part 2 (load_tile) fails its own check" in v.cause and "Part 2's check" in v.hint, str(v)
 
 
 # --- Part 4: Python's built-ins, and tl.dot's dtypes -----------------------------
@@ -243,12 +243,12 @@ def test_a_fixed_dtype_cast_in_tl_dot_is_the_mistake(tmp_path, monkeypatch):
 
 
 def test_swapped_arguments_of_mask_scores_blame_the_call_in_part_3(tmp_path, monkeypatch):
-    call = "s = _mask_scores(s, offs_m, offs_n,"
+    call = "s = mask_scores(s, offs_m, offs_n,"
     plant(tmp_path, monkeypatch, (call, call.replace("offs_m, offs_n", "offs_n, offs_m"), 1))
     assert kernel_parts.check_mask_scores.verdict().ok
     v = failing(kernel.check_forward, 3)
-    assert "the call in _key_loop passes its arguments in the wrong order" in v.cause, str(v)
-    assert "_mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL)" in v.hint, str(v)
+    assert "the call in key_loop passes its arguments in the wrong order" in v.cause, str(v)
+    assert "mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL)" in v.hint, str(v)
     assert "(the call in Part 3)" in v.where, str(v)
 
 
@@ -269,7 +269,7 @@ def test_scores_without_transposing_k_are_named(tmp_path, monkeypatch):
 
 
 def test_phase_two_scale_without_log2e_is_named(tmp_path, monkeypatch):
-    masked = _SCORES + "        s = _mask_scores"
+    masked = _SCORES + "        s = mask_scores"
     plant(tmp_path, monkeypatch, (masked, masked.replace(" * qk_scale", " * qk_scale * 0.6931471805599453"), 1))
     v = failing(kernel_walk.check_key_loop, 3)
     assert v.message == "computes the wrong scores", str(v)
@@ -288,4 +288,4 @@ def test_the_kernel_not_run_says_why_at_once(tmp_path, monkeypatch):
     v = kernel.check_forward.verdict()
     assert not v.ok and v.cause is None, str(v)
     assert v.message.startswith("not run yet: the whole kernel is not run until forward.py Part 2"), str(v)
-    assert verdict.staged(v) == str(v)  # no cause held back: step one shows it all
+    assert common.staged(v) == str(v)  # no cause held back: step one shows it all

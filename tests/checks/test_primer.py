@@ -18,7 +18,7 @@ import gqa_flash  # noqa: F401  (first: it sets the interpreter up before Triton
 from gqa_flash.course import layout, runtime
 from gqa_flash.course.lab import checks
 from gqa_flash.course.lab.checks import primer
-from gqa_flash.course.lab.checks.verdict import STEP_TWO
+from gqa_flash.course.lab.checks.common import STEP_TWO
 
 NOTEBOOK = layout.COURSE_DIR / "notebooks" / "03b_triton_primer.ipynb"
 HEADER = "import triton\nimport triton.language as tl\n\n\n"

@@ -17,7 +17,7 @@ import torch
 import gqa_flash  # noqa: F401  (first: it sets the interpreter up before Triton is imported)
 from gqa_flash.course import layout, runtime
 from gqa_flash.course.lab import checks
-from gqa_flash.course.lab.checks.verdict import Stop
+from gqa_flash.course.lab.checks.common import Stop
 
 NOTEBOOK = layout.COURSE_DIR / "notebooks" / "03b_triton_primer.ipynb"
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
@@ -54,7 +54,7 @@ def test_a_load_without_a_mask_fails_though_out_is_right(tmp_path):
     assert verdict.message == "your kernel reads X past its end: X[10], X[11] (X has 10 entries, 0-9)", verdict
     assert verdict.where.startswith("the load of program 2"), verdict
     assert verdict.cause.startswith("the load is not masked") and "mask" in verdict.hint, verdict
-    assert "likely cause: " not in checks.verdict.staged(verdict)  # step one: what and where, the cause held back
+    assert "likely cause: " not in checks.common.staged(verdict)  # step one: what and where, the cause held back
 
 
 def test_on_a_gpu_the_source_shows_the_load_without_a_mask(tmp_path, monkeypatch):

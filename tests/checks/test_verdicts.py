@@ -6,7 +6,7 @@ cause and the hint; ``checks.explain()`` prints them at once. A failure with no 
 started, a crash) has nothing to hold back: its hint shows at once.
 """
 
-from gqa_flash.course.lab.checks import verdict as v
+from gqa_flash.course.lab.checks import common as v
 
 
 def _failure(cause="query head h reads KV head h % Hkv", where="head 2, row 3: got 1, expected 2"):

@@ -255,7 +255,7 @@ def test_notebook_07s_measured_numbers_are_those_of_its_csvs():
 
 
 def test_every_signature_a_notebook_shows_is_the_one_in_the_file():
-    """Notebook 07 showed `_split_partial(..., N_Q, HEAD_DIM, BLOCK_N, ...)` where decode.py has `N_Q, HEAD_DIM,
+    """Notebook 07 showed `split_partial(..., N_Q, HEAD_DIM, BLOCK_N, ...)` where decode.py has `N_Q, HEAD_DIM,
     N_PAGES, BLOCK_N`: a signature typed into the text drifts from the file. Each `def` a notebook's text shows
     (in a ```python block) must have the parameters of the function of that name in a graded file."""
     import ast

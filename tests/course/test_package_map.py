@@ -115,7 +115,7 @@ def test_the_readme_hand_in_list_is_the_registrys():
 
 
 def test_each_solutions_part_table_names_the_registrys_parts():
-    """A completed file's docstring lists its parts (`Part 3  _key_loop  ...`). Where the registry names a part
+    """A completed file's docstring lists its parts (`Part 3  key_loop  ...`). Where the registry names a part
     by its function, the table names the same function: a part renamed in one place only fails here."""
     from gqa_flash.course import impl
 

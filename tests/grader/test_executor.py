@@ -347,7 +347,7 @@ def test_a_kernel_that_does_not_compile_is_placed_at_the_compilers_line(tmp_path
 
     from gqa_flash.course.grader import executor as executor_module
 
-    kernel = "def _backward_dkdv(q, k):\n    s = tl.dot(k, q)\n    dv = tl.dot(pT, do)\n"
+    kernel = "def backward_dkdv(q, k):\n    s = tl.dot(k, q)\n    dv = tl.dot(pT, do)\n"
     graded = tmp_path / "gqa_flash" / "backward.py"
     graded.parent.mkdir()
     graded.write_text("import x\n\n" + kernel + "\n\ndef launch(error):\n    raise error\n")

@@ -41,11 +41,11 @@ MUTANTS = [
         "base = X + batch_idx * stride_b + head_idx * stride_h"), loses=0.5),
     # Part 3: the key loop and its bounds
     _m("forward_v_with_k_strides", "forward.py", "V loaded with K's strides (both phases)",
-       *[("stride_vb, stride_vh, stride_vn, stride_vd,\n                       SEQ_LEN, HEAD_DIM)\n"
+       *[("stride_vb, stride_vh, stride_vn, stride_vd,\n                      SEQ_LEN, HEAD_DIM)\n"
           "        s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale\n" + after,
-          "stride_kb, stride_kh, stride_kn, stride_kd,\n                       SEQ_LEN, HEAD_DIM)\n"
+          "stride_kb, stride_kh, stride_kn, stride_kd,\n                      SEQ_LEN, HEAD_DIM)\n"
           "        s = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale\n" + after)
-         for after in ("        acc, l_i, m_i", "        s = _mask_scores")], loses=20),
+         for after in ("        acc, l_i, m_i", "        s = mask_scores")], loses=20),
     _m("forward_causal_walks_past_diagonal", "forward.py",
        "the causal masked phase runs on to SEQ_LEN: right answer, the future loaded and masked, twice the work",
        ("masked_end = tl.minimum((q_tile_idx + 1) * BLOCK_M, SEQ_LEN)", "masked_end = SEQ_LEN"), loses=2),

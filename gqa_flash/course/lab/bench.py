@@ -366,13 +366,13 @@ def picked_tiles(provider: str, backward: bool = False) -> str:
         if provider == "course_fast" and not backward:
             if fast_forward.last_path["kernel"] == "gluon":
                 return "gluon " + " ".join(f"{k}={v}" for k, v in fast_forward.GLUON_CONFIG.items())
-            return tile_text(fast_forward._tuned)
+            return tile_text(fast_forward.autotuned_kernel)
         if provider == "course_graded":
             tuned = getattr(impl.load("backward"), "_tuned", {})
             return "; ".join(f"{getattr(k, '__name__', '?')} {tile_text(t)}" for k, t in tuned.items())
         if provider == "course_fast":
             return "; ".join(f"{'dkdv ' + name if name != 'dq' else 'dq'} {tile_text(t)}"
-                             for name, t in fast_backward._tuned.items())
+                             for name, t in fast_backward.autotuned_kernels.items())
     except Exception as e:  # the tiles are for reading, never a reason to stop a sweep
         return f"? ({type(e).__name__})"
     return ""

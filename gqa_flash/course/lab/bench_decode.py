@@ -405,7 +405,7 @@ def _positive(kind):
     return parse
 
 
-def _ints(text):
+def positive_ints(text):
     values = tuple(int(x) for x in text.split(",") if x.strip())
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
@@ -418,8 +418,8 @@ def parse_args(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="the CSV to write")
     parser.add_argument("--budget", type=_positive(float), default=None,
                         help="seconds: start no shape that would end past this (its rows say skipped)")
-    parser.add_argument("--batches", type=_ints, default=BATCHES, help="comma-separated (default 1,8,64)")
-    parser.add_argument("--contexts", type=_ints, default=CONTEXTS,
+    parser.add_argument("--batches", type=positive_ints, default=BATCHES, help="comma-separated (default 1,8,64)")
+    parser.add_argument("--contexts", type=positive_ints, default=CONTEXTS,
                         help=f"comma-separated multiples of {PAGE_SIZE} (default 1024,8192,32768,131072)")
     parser.add_argument("--providers", default=",".join(PROVIDERS), help="comma-separated: " + ",".join(PROVIDERS))
     parser.add_argument("--rounds", type=_positive(int), default=5, help="timings of each provider, interleaved")

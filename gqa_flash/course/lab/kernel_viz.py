@@ -69,11 +69,11 @@ def plot_kernel_schedule(seq_len=83, block_m=32, block_n=16, highlight=2, ask=Tr
                   f"causal: which key blocks do {which} visit?",
                   "no causal mask: and here?")
         head = (f"N = {seq_len}, BLOCK_M = {block_m}, BLOCK_N = {block_n}. Colour each ?: blue (phase 1, no mask), "
-                f"orange (phase 2, _mask_scores) or grey (never loaded)")
+                f"orange (phase 2, mask_scores) or grey (never loaded)")
     else:
         titles = (f"causal, BLOCK_M = {block_m}, BLOCK_N = {block_n}",
                   "no causal mask: only the ragged last key block is masked")
-        head = (f"N = {seq_len}: blue = phase 1 (no mask), orange = phase 2 (_mask_scores), grey = never loaded; "
+        head = (f"N = {seq_len}: blue = phase 1 (no mask), orange = phase 2 (mask_scores), grey = never loaded; "
                 f"numbers: query tile {highlight}'s walk")
     plot_tile_schedule(seq_len, block_m, block_n, True, highlight, ax=a, title=titles[0], ask=ask)
     plot_tile_schedule(seq_len, block_m, block_n, False, highlight, ax=b, title=titles[1], ask=ask)

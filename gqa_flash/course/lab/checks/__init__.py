@@ -21,7 +21,7 @@ float64 and seeing which one your output matches.
 
 One module per lesson:
 
-    verdict.py        the Verdict, running your code safely, comparing tensors
+    common.py         the Verdict, running your code safely, comparing tensors
     triton_errors.py  Triton's usual errors in words (two dtypes in tl.dot, a broadcast on the wrong axis,
                       Python's max/min/sum on blocks)
     cases.py          the inputs, and the GQA head mapping with its mistakes
@@ -51,6 +51,7 @@ not started yet (still its stub, as the grader judges it), the bonus files (note
 from gqa_flash.course import impl
 from gqa_flash.course.lab.checks import backward, decode, decode_parts, kernel, kernel_parts, ring
 from gqa_flash.course.lab.checks.backward import check_backward, check_delta, check_dkdv, check_dq, check_gqa_sum
+from gqa_flash.course.lab.checks.common import PARTS, Verdict, explain, rel, what_of
 from gqa_flash.course.lab.checks.decode import check_decode
 from gqa_flash.course.lab.checks.decode_parts import (
     check_decode_group_tile, check_decode_merge, check_decode_pages, check_decode_split,
@@ -65,13 +66,12 @@ from gqa_flash.course.lab.checks.primer import (
     check_primer_cast, check_primer_dot, check_primer_masked, check_primer_maximum, check_primer_outer_sum,
     check_primer_program_ids, check_primer_softmax, check_primer_where,
 )
-from gqa_flash.course.lab.checks.softmax import check_block_state, check_merge_states, check_online_softmax
-from gqa_flash.course.lab.checks.tiled import check_tiled
 from gqa_flash.course.lab.checks.ring import (
     check_block_pairs, check_merge_blocks, check_ring_attention, check_ring_source,
 )
+from gqa_flash.course.lab.checks.softmax import check_block_state, check_merge_states, check_online_softmax
+from gqa_flash.course.lab.checks.tiled import check_tiled
 from gqa_flash.course.lab.checks.traffic import check_launch_order, check_traffic_model
-from gqa_flash.course.lab.checks.verdict import PARTS, Verdict, explain, rel, what
 
 # Every checked graded file, in course order: (module, its checks, the whole-file check that reuses their
 # verdicts, or None).
@@ -118,7 +118,7 @@ def verdicts() -> list[Verdict]:
     fresh, out = not_started(), []
     for module, parts, whole in _FILES:
         if module in fresh:
-            out.append(Verdict(False, what(module, (1, len(PARTS[module]))), NOT_STARTED,
+            out.append(Verdict(False, what_of(module, (1, len(PARTS[module]))), NOT_STARTED,
                                hint=f"open {rel(module)} and start with Part 1"))
             continue
         part_verdicts = [check.verdict() for check in parts]

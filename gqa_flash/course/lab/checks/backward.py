@@ -19,7 +19,7 @@ on its relative error, as in the graded tests (``testing.gradient_error``).
 * :func:`check_backward`: the four parts, then all of backward.py on two more
   cases (fp16, batch 2, MQA, head dim 80, sm_scale, [B, N, H, D] layout).
 
-A failure is told in two steps (verdict.py). First what is wrong and where:
+A failure is told in two steps (common.py). First what is wrong and where:
 the gradient, its first wrong entry, which keys or query rows and which heads
 hold wrong entries, and a constant factor when the whole gradient is off by
 one. Then, when the cell is run again, the likely cause and its fix: a part
@@ -43,8 +43,8 @@ import triton
 from gqa_flash.course import api, runtime, testing
 from gqa_flash.course.lab.checks import backward_walks
 from gqa_flash.course.lab.checks.cases import LN2, LOG2E, Case
-from gqa_flash.course.lab.checks.verdict import (
-    PARTS, Stop, Verdict, at, fail, fmt, load, prints_verdict, run_student, shape_problem, what,
+from gqa_flash.course.lab.checks.common import (
+    PARTS, Mistake, Stop, Verdict, at, fail, fmt, load, prints_verdict, run_student, shape_problem, what_of,
 )
 from gqa_flash.reference import reference_attention, reference_gradients
 
@@ -111,7 +111,7 @@ def _seen(case: Case, n: int, bug=None, tiles=None):
     if tiles is None:
         return dq, dkdv
     bm, bn = tiles
-    first_query = (j // bn * bn) // bm * bm  # where _backward_dkdv's causal walk starts for key j's block
+    first_query = (j // bn * bn) // bm * bm  # where backward_dkdv's causal walk starts for key j's block
     end_key = torch.clamp((i // bm + 1) * bm, max=n) if case.causal else torch.full_like(i, n)  # dQ's walk ends
     if bug == "no_mask" and case.causal:  # the walks' bounds still hold; inside them, the future leaks in
         dq, dkdv = j < end_key, i >= first_query
@@ -235,45 +235,45 @@ def _no_mask(name):
 
 _NO_MASK_HINT = "make a probability 0 where the key comes after the query, under CAUSAL, as well as past SEQ_LEN"
 
-# Each part's usual mistakes, tried in this order: (bug, cause, hint). A cause or hint may name the
-# gradient ({name}), its accumulator ({acc}) and the blocks its walk visits ({block}).
+# Each part's usual mistakes, tried in this order, each bug a name _backward64 replays. A cause or hint may name
+# the gradient ({name}), its accumulator ({acc}) and the blocks its walk visits ({block}).
 _MISTAKES = {
     2: [
-        ("no_mask", _no_mask("{name}"), _NO_MASK_HINT),
-        ("mask_diag", _MASK_DIAG, _MASK_DIAG_HINT),
-        ("dkdv_late", DKDV_LATE, "start at the query block that holds the key block's first key: that key's "
-                                 "index rounded down to a multiple of BLOCK_M"),
-        ("assign", _ASSIGN, _ASSIGN_HINT),
-        ("exp", _EXP, _EXP_HINT),
-        ("lse_base", _LSE_BASE, _LSE_BASE_HINT),
-        ("qk_no_log2e", _NO_LOG2E, _NO_LOG2E_HINT),
-        ("scores_unscaled", _UNSCALED, _UNSCALED_HINT),
-        ("no_delta", _NO_DELTA, _NO_DELTA_HINT),
-        ("group_no_offset", "every KV head adds up the gradient of query head 0: Part 3 leaves out the KV head, "
-                            "even with one query head per KV head", _GROUP_HINT),
+        Mistake("no_mask", _no_mask("{name}"), _NO_MASK_HINT),
+        Mistake("mask_diag", _MASK_DIAG, _MASK_DIAG_HINT),
+        Mistake("dkdv_late", DKDV_LATE, "start at the query block that holds the key block's first key: that key's "
+                                        "index rounded down to a multiple of BLOCK_M"),
+        Mistake("assign", _ASSIGN, _ASSIGN_HINT),
+        Mistake("exp", _EXP, _EXP_HINT),
+        Mistake("lse_base", _LSE_BASE, _LSE_BASE_HINT),
+        Mistake("qk_no_log2e", _NO_LOG2E, _NO_LOG2E_HINT),
+        Mistake("scores_unscaled", _UNSCALED, _UNSCALED_HINT),
+        Mistake("no_delta", _NO_DELTA, _NO_DELTA_HINT),
+        Mistake("group_no_offset", "every KV head adds up the gradient of query head 0: Part 3 leaves out the KV "
+                                   "head, even with one query head per KV head", _GROUP_HINT),
     ],
     3: [
-        ("group_placeholder", "Part 3's placeholder is still there: one query head is added group_size times",
-         _GROUP_HINT),
-        ("group_first", "only the group's first query head is added, group_size times: Part 3 leaves out h",
-         _GROUP_HINT),
-        ("group_mod", "the query heads of a group are dealt out to the KV heads in turn, not taken consecutively "
-                      "as forward.py Part 1 groups them", _GROUP_HINT),
-        ("group_no_offset", "every KV head adds up query heads 0 to group_size - 1: Part 3 leaves out the KV "
-                            "head's own group", _GROUP_HINT),
-        ("assign", _ASSIGN, _ASSIGN_HINT),
+        Mistake("group_placeholder", "Part 3's placeholder is still there: one query head is added group_size times",
+                _GROUP_HINT),
+        Mistake("group_first", "only the group's first query head is added, group_size times: Part 3 leaves out h",
+                _GROUP_HINT),
+        Mistake("group_mod", "the query heads of a group are dealt out to the KV heads in turn, not taken "
+                             "consecutively as forward.py Part 1 groups them", _GROUP_HINT),
+        Mistake("group_no_offset", "every KV head adds up query heads 0 to group_size - 1: Part 3 leaves out the KV "
+                                   "head's own group", _GROUP_HINT),
+        Mistake("assign", _ASSIGN, _ASSIGN_HINT),
     ],
     4: [
-        ("no_mask", _no_mask("{name}"), _NO_MASK_HINT),
-        ("mask_diag", _MASK_DIAG, _MASK_DIAG_HINT),
-        ("dq_early", DQ_EARLY, _DQ_END_HINT),
-        ("dq_no_diagonal", DQ_NO_DIAGONAL, _DQ_END_HINT),
-        ("assign", _ASSIGN, _ASSIGN_HINT),
-        ("exp", _EXP, _EXP_HINT),
-        ("lse_base", _LSE_BASE, _LSE_BASE_HINT),
-        ("qk_no_log2e", _NO_LOG2E, _NO_LOG2E_HINT),
-        ("scores_unscaled", _UNSCALED, _UNSCALED_HINT),
-        ("no_delta", _NO_DELTA, _NO_DELTA_HINT),
+        Mistake("no_mask", _no_mask("{name}"), _NO_MASK_HINT),
+        Mistake("mask_diag", _MASK_DIAG, _MASK_DIAG_HINT),
+        Mistake("dq_early", DQ_EARLY, _DQ_END_HINT),
+        Mistake("dq_no_diagonal", DQ_NO_DIAGONAL, _DQ_END_HINT),
+        Mistake("assign", _ASSIGN, _ASSIGN_HINT),
+        Mistake("exp", _EXP, _EXP_HINT),
+        Mistake("lse_base", _LSE_BASE, _LSE_BASE_HINT),
+        Mistake("qk_no_log2e", _NO_LOG2E, _NO_LOG2E_HINT),
+        Mistake("scores_unscaled", _UNSCALED, _UNSCALED_HINT),
+        Mistake("no_delta", _NO_DELTA, _NO_DELTA_HINT),
     ],
 }
 
@@ -358,22 +358,21 @@ def _part_diagnosis(part):
         # walk's bound that is none of them (each program's rows are the share of a window of the rows it
         # walked), before the other tiles (a GPU's, autotuned) are replayed.
         first, others = _tile_order()
-        tries = [(m, tiles) for m in _MISTAKES[part] for tiles in (first if m[0] in _TILED else [None])]
-        tries += [(None, None)] + [(m, tiles) for m in _MISTAKES[part] if m[0] in _TILED for tiles in others]
+        tries = [(m, tiles) for m in _MISTAKES[part] for tiles in (first if m.bug in _TILED else [None])]
+        tries += [(None, None)] + [(m, tiles) for m in _MISTAKES[part] if m.bug in _TILED for tiles in others]
         for mistake, tiles in tries:
             if mistake is None:
                 found = backward_walks.window_cause(part, case, inputs, name, got, first[0] if first else None)
                 if found is not None:
                     return found
                 continue
-            bug, cause, hint = mistake
             try:
-                variant = _backward64(case, inputs, bug, tiles)[index]
+                variant = _backward64(case, inputs, mistake.bug, tiles)[index]
             except IndexError:  # a mistake that cannot happen for these heads
                 continue
             err, bound = testing.gradient_error(got, variant, case.dtype)
             if err <= 2 * bound:
-                return _mistake_text(cause, name, part), _mistake_text(hint, name, part)
+                return _mistake_text(mistake.cause, name, part), _mistake_text(mistake.hint, name, part)
         return None, _hint(part, name)
 
     return diagnose
@@ -489,7 +488,7 @@ def check_delta():
         delta = torch.full(lse.shape, float("nan"), device=lse.device)
         block_m = 32 if runtime.INTERPRETER else 64
         grid = (triton.cdiv(q.shape[2], block_m), q.shape[1], q.shape[0])  # (query blocks, heads, batch)
-        run_student("backward", lambda: bwd._backward_preprocess[grid](
+        run_student("backward", lambda: bwd.backward_preprocess[grid](
             o, do, delta, *o.stride(), *do.stride(), q.shape[2], q.shape[1],
             HEAD_DIM=q.shape[-1], HEAD_DIM_PAD=max(16, triton.next_power_of_2(q.shape[-1])), BLOCK_M=block_m),
             part=1)
@@ -509,22 +508,22 @@ def check_delta():
         if fmt(problem.got) == fmt(problem.expected):  # a difference in the last digits: show them
             where += f" (to 7 digits: got {problem.got:.7g}, expected {problem.expected:.7g})"
         return fail("backward", 1, "D does not match rowsum(dO * O) in float64", where=where, cause=cause, hint=hint)
-    return Verdict(True, what("backward", 1), "right for every row, in fp32 (head dim 24, padded) and in fp16")
+    return Verdict(True, what_of("backward", 1), "right for every row, in fp32 (head dim 24, padded) and in fp16")
 
 
 def _gradient_check(name, part, gradients, passed):
     """The check of Part ``part``: the ``gradients`` of each of its cases against float64 autograd."""
 
-    def check():
+    def body():
         load("backward")
         _check_gradients(part, _CASES[part], gradients, _part_diagnosis(part))
         skipped = backward_walks.skip_verdict(part) if part in (2, 4) else None  # right, and no more work
-        return skipped or Verdict(True, what("backward", part), passed)
+        return skipped or Verdict(True, what_of("backward", part), passed)
 
-    check.__name__ = check.__qualname__ = name
-    check.__doc__ = (f"backward.py Part {part} ({PARTS['backward'][part]}): {' and '.join(gradients)} "
-                     f"against float64 autograd, on {'; '.join(case.name for case in _CASES[part])}.")
-    return prints_verdict(check)
+    body.__name__ = body.__qualname__ = name
+    body.__doc__ = (f"backward.py Part {part} ({PARTS['backward'][part]}): {' and '.join(gradients)} "
+                    f"against float64 autograd, on {'; '.join(case.name for case in _CASES[part])}.")
+    return prints_verdict(body)
 
 
 check_dkdv = _gradient_check("check_dkdv", 2, ("dV", "dK"), "dK and dV match float64 autograd (MHA, causal and not), "

@@ -15,7 +15,7 @@ import torch
 
 from gqa_flash.course import api, integrity, testing, tile_counts
 from gqa_flash.course.lab.checks.cases import Case
-from gqa_flash.course.lab.checks.verdict import Stop, fail, load, run_student
+from gqa_flash.course.lab.checks.common import Stop, fail, load, run_student
 from gqa_flash.reference import reference_attention
 
 # Block sizes to try for a program's rows when the kernels' own are not known (on a GPU, autotuned): the
@@ -91,12 +91,12 @@ def window_cause(part, case: Case, inputs, name, got, tiles=None):
             mask = " under the causal mask" if case.causal else ""
             if part == 2:  # key block lo..hi-1: queries lo..n-1 see it (every query without the mask)
                 need_lo, need_hi, walked = (lo if case.causal else 0), n, "queries"
-                what = f"key block {lo // block} (keys {lo}-{hi - 1}, in blocks of {block})"
+                block_text = f"key block {lo // block} (keys {lo}-{hi - 1}, in blocks of {block})"
                 needs = f"queries {need_lo}-{need_hi - 1} see its keys{mask}"
                 hints = (LATE_HINT, DKDV_END_HINT)
             else:  # query block lo..hi-1: keys 0..hi-1 (every key without the mask)
                 need_lo, need_hi, walked = 0, (hi if case.causal else n), "keys"
-                what = f"query block {lo // block} (rows {lo}-{hi - 1}, in blocks of {block})"
+                block_text = f"query block {lo // block} (rows {lo}-{hi - 1}, in blocks of {block})"
                 needs = f"its rows see keys {need_lo}-{need_hi - 1}{mask}"
                 hints = (DQ_START_HINT, DQ_END_HINT)
             late, early = s > need_lo, e < need_hi
@@ -106,7 +106,7 @@ def window_cause(part, case: Case, inputs, name, got, tiles=None):
                       for a, b in ((need_lo, min(s, need_hi)), (max(e, need_lo), need_hi)) if b > a]
             how = " and ".join(w for w, m in (("starts late", late), ("stops early", early)) if m)
             share = f"the share of {walked} {s}-{e - 1} only" if e > s else f"no share of any {walked[:-1]}"
-            cause = (f"the walk over {walked} {how}: {what} gets {share}, but {needs}, so {walked} "
+            cause = (f"the walk over {walked} {how}: {block_text} gets {share}, but {needs}, so {walked} "
                      f"{' and '.join(missed)} are left out")
             return cause, "; ".join(h for h, m in zip(hints, (late, early)) if m)
     return None

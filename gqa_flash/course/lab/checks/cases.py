@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from gqa_flash.course import impl, testing
-from gqa_flash.course.lab.checks.verdict import Stop, fmt, matches, part_code, run_student
+from gqa_flash.course.lab.checks.common import Stop, fmt, matches, part_code, run_student
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453

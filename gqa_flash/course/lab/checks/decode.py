@@ -13,10 +13,10 @@ import torch
 
 from gqa_flash.course import api, testing
 from gqa_flash.course.address_check import checked_addresses
-from gqa_flash.course.lab.checks.decode_parts import PART_CHECKS
-from gqa_flash.course.lab.checks.verdict import (
+from gqa_flash.course.lab.checks.common import (
     PARTS, Stop, Verdict, at, fail, load, prints_verdict, run_student, shape_problem, tol,
 )
+from gqa_flash.course.lab.checks.decode_parts import PART_CHECKS
 from gqa_flash.reference import reference_decode
 
 
@@ -53,7 +53,7 @@ def _run_decode(inputs, **kw):
 
 
 def _compare(result, inputs, sm_scale, return_lse):
-    """None, or (what, testing.Mismatch) for the first of O and the LSE that is wrong."""
+    """None, or the testing.Mismatch of the first of O and the LSE that is wrong."""
     q, k, v, lengths, table = inputs
     ref, ref_lse = reference_decode(q, k, v, lengths, table, sm_scale=sm_scale)
     out, lse = result if return_lse else (result, None)
@@ -91,7 +91,7 @@ def check_decode(part_verdicts=None):
             problem = _compare(result, inputs, kw.get("sm_scale"), kw.get("return_lse", False))
             if problem is None:
                 continue
-            message = f"{problem.what} of flash_decode does not match the float64 reference"
+            message = f"{problem.name} of flash_decode does not match the float64 reference"
             where = f"case \"{name}\", with {n_splits} split{'s' if n_splits > 1 else ''}: {at(problem)}"
             if broken is not None:
                 return fail("decode", None, f"{message}, and {broken.what} fails its own check above",

@@ -39,12 +39,12 @@ import triton
 
 from gqa_flash.course import runtime, testing
 from gqa_flash.course.lab.checks.cases import LOG2E
+from gqa_flash.course.lab.checks.common import Verdict, at, fail, matches, prints_verdict, rel, what_of
 from gqa_flash.course.lab.checks.decode_replays import (
     MERGE_MISTAKES, SPLIT_BLOCK_N, SPLIT_MISTAKES, STATE_TOL, merge64, merge_cases, partial64, split_cases,
     split_inputs,
 )
 from gqa_flash.course.lab.checks.probes import addresses_recorded, decode_parts, dev, launch_in
-from gqa_flash.course.lab.checks.verdict import Verdict, at, fail, matches, prints_verdict, rel, what
 
 NAN = float("nan")
 launch = functools.partial(launch_in, "decode")  # a crash in your helper becomes a FAIL of its part
@@ -179,7 +179,7 @@ def check_decode_group_tile():
         problem = _group_mismatch(name, got_q, heads, tokens, q, b, group_rows, head_dim)
         if problem is not None:
             return _verdict(1, "the tile does not hold Q's rows", *problem)
-    return Verdict(True, what("decode", 1), f"every row holds its own (query head, token) of the group and its "
+    return Verdict(True, what_of("decode", 1), f"every row holds its own (query head, token) of the group and its "
                    f"row of Q, padding 0, in {len(_GROUP_CASES)} groups (GQA 8:2 with 3 new tokens, 32:8, "
                    "MQA over two row blocks, MHA)")
 
@@ -348,7 +348,7 @@ def check_decode_pages():
                               "(a page far outside the pool), and its row may end there (a transposed table's "
                               "next entry lies outside it)",
                         hint="load the table with mask=key_ok (and other=0)")
-    return Verdict(True, what("decode", 2), "every position finds its page and slot: shuffled pages of 16, of 5 "
+    return Verdict(True, what_of("decode", 2), "every position finds its page and slot: shuffled pages of 16, of 5 "
                    "and of 8 through a transposed table, and the contiguous cache")
 
 
@@ -371,11 +371,11 @@ def _split_cause(runs, first_wrong):
                     "exponentiate against a finite stand-in (0) where the maximum is -inf")
         return ("NaN: a position at or past seq_len was read (the cache holds NaN there, and 0 * NaN is NaN)",
                 "load only the keys below the chunk's end, cut at seq_len")
-    for (bug, cause, hint), zeros in itertools.product(SPLIT_MISTAKES, (False, True)):
+    for mistake, zeros in itertools.product(SPLIT_MISTAKES, (False, True)):
         try:
-            if all(matches(g, replay(bug, zeros), 2 * STATE_TOL["atol"], 2 * STATE_TOL["rtol"])
+            if all(matches(g, replay(mistake.bug, zeros), 2 * STATE_TOL["atol"], 2 * STATE_TOL["rtol"])
                    for g, _, replay in runs):
-                return cause, hint
+                return mistake.cause, mistake.hint
         except Exception:  # a mistake that cannot happen for these shapes
             continue
     return None
@@ -427,7 +427,7 @@ def _split_mismatch(name, c, got, want):
     first, last = s * c["chunk"], min(s * c["chunk"] + c["chunk"], c["seq_len"]) - 1
     held = (f"split {s} holds positions {first}..{last}" if first <= last else
             f"split {s} starts at {first}, past the sequence's {c['seq_len']} positions: it is empty")
-    return (f"case \"{name}\": {problem.what}, {at(problem)} (row {r} is token {token}, at position "
+    return (f"case \"{name}\": {problem.name}, {at(problem)} (row {r} is token {token}, at position "
             f"{c['seq_len'] - c['n_new'] + token}; {held})")
 
 
@@ -436,7 +436,7 @@ def check_decode_split():
     """decode.py Part 3, alone (with your Part 2 finding the keys): one split's partial state, every split."""
     dec, probes = decode_parts()
     if not check_decode_pages.verdict().ok:
-        return fail("decode", 3, "not run yet: Part 2 (_page_slots) fails its own check above, and the walk "
+        return fail("decode", 3, "not run yet: Part 2 (page_slots) fails its own check above, and the walk "
                     "finds its keys through it", hint="make Part 2's check pass first")
     runs, where, first_wrong = [], None, None
     for name, c in split_cases():  # every case, even past a wrong one: a mistake is named by all three
@@ -446,7 +446,7 @@ def check_decode_split():
     if where is not None:
         return _verdict(3, "the partial state (acc, l, m) does not match the float64 reference", where,
                         _split_cause(runs, first_wrong))
-    return Verdict(True, what("decode", 3), "every split's (acc, l, m) matches the float64 reference: ragged and "
+    return Verdict(True, what_of("decode", 3), "every split's (acc, l, m) matches the float64 reference: ragged and "
                    "empty chunks, new tokens that see none of a chunk, NaN past the sequence never read")
 
 
@@ -478,12 +478,12 @@ def check_decode_merge():
                      "its factor 2^(-inf - m) is 0 as long as the common maximum m is the largest of the splits' "
                      "maxima (finite: split 0 is never empty)")
         else:
-            found = next(((cause, hint) for bug, cause, hint in MERGE_MISTAKES
-                          if matches(got, merge64(acc, l, m, bug), 2 * STATE_TOL["atol"], 2 * STATE_TOL["rtol"])),
-                         None)
+            found = next(((mistake.cause, mistake.hint) for mistake in MERGE_MISTAKES
+                          if matches(got, merge64(acc, l, m, mistake.bug), 2 * STATE_TOL["atol"],
+                                     2 * STATE_TOL["rtol"])), None)
         return _verdict(4, "the merged row does not match the float64 reference",
-                        f"case \"{name}\": {problem.what}, {at(problem)}", found)
-    return Verdict(True, what("decode", 4), "O and the LSE match the float64 merge: random states, empty and "
+                        f"case \"{name}\": {problem.name}, {at(problem)}", found)
+    return Verdict(True, what_of("decode", 4), "O and the LSE match the float64 merge: random states, empty and "
                    "padding splits, maxima far apart")
 
 

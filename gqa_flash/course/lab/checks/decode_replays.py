@@ -3,8 +3,8 @@
 The checks of decode_parts.py compare your helpers with these replays:
 :func:`partial64` walks one split's chunk block by block as the kernel does,
 :func:`merge64` merges the splits' states. Each takes at most one *bug*, a
-usual mistake (in ``SPLIT_MISTAKES`` and ``MERGE_MISTAKES``, each with the
-mistake in words and its fix): when your output matches a replay with a bug,
+usual mistake (the ``bug`` of a Mistake of ``SPLIT_MISTAKES`` or ``MERGE_MISTAKES``,
+which says it in words, with its fix): when your output matches a replay with a bug,
 the check names that mistake. Everything here is plain PyTorch: nothing runs
 your code.
 """
@@ -14,6 +14,7 @@ import math
 import torch
 
 from gqa_flash.course.lab.checks.cases import LN2
+from gqa_flash.course.lab.checks.common import Mistake
 
 NAN = float("nan")
 NEG_INF = float("-inf")
@@ -120,29 +121,29 @@ def partial64(q, tokens, k, v, c, split, scale, bug=None, zeros=False):
 _CAUSAL = "new token i sits at position cache_seqlens - N_Q + i and sees no later position"
 _OWN_CHUNK = "split s owns the positions [s * CHUNK, (s + 1) * CHUNK), cut at seq_len"
 _LOG2 = "the scores are in log2 units (qk_scale holds log2 e), so every exponential is a power of 2 (tl.exp2)"
-# (bug, the mistake, its fix), in the order they are tried: the first that all three cases match is named.
+# In the order they are tried: the first that all three cases match is named. Each bug is partial64's.
 SPLIT_MISTAKES = [
-    ("no_causal", "every new token sees the whole cache, up to its end: the causal rule is missing among the new "
-                  "tokens (or puts every one at the last position)", _CAUSAL),
-    ("strict", "a row does not see its own position: the causal rule keeps only the positions before it",
-     "keep the positions up to and including the row's own (<=)"),
-    ("reversed", "the new tokens' positions run backwards: token i was put i positions before the end, so "
-                 "token 0 sees the most and the last token the least", _CAUSAL + ": token 0 is the earliest"),
-    ("from_start", "the new tokens' positions were counted from the start of the cache: token i was put at "
-                   "position i", _CAUSAL),
-    ("no_scale", "the scores are not scaled: qk_scale (sm_scale times log2 e) was left out",
-     "multiply the scores by qk_scale before the mask and the exponentials"),
-    ("whole_context", "every split walked the whole context, not its own chunk", _OWN_CHUNK),
-    ("last_position_dropped", "the sequence's last position is never walked: the walk ends one position short "
-                              "of seq_len (position seq_len - 1 is the newest token's own)",
-     "the positions below seq_len exist: cut the chunk at seq_len itself"),
-    ("partial_block_dropped", "the chunk's last, partial block is never walked: the walk takes whole blocks "
-                              "only, so a ragged end is skipped",
-     "walk every block that starts before the chunk's end, and mask its keys past the end (key_ok) instead of "
-     "skipping the block"),
-    ("last_block_dropped", "the walk stops one block early: the chunk's last block is never walked",
-     "walk every block that starts before the chunk's end"),
-    *((("start", how, end_from_start), text, _OWN_CHUNK + ": start the walk at the first of them")
+    Mistake("no_causal", "every new token sees the whole cache, up to its end: the causal rule is missing among the "
+                         "new tokens (or puts every one at the last position)", _CAUSAL),
+    Mistake("strict", "a row does not see its own position: the causal rule keeps only the positions before it",
+            "keep the positions up to and including the row's own (<=)"),
+    Mistake("reversed", "the new tokens' positions run backwards: token i was put i positions before the end, so "
+                        "token 0 sees the most and the last token the least", _CAUSAL + ": token 0 is the earliest"),
+    Mistake("from_start", "the new tokens' positions were counted from the start of the cache: token i was put at "
+                          "position i", _CAUSAL),
+    Mistake("no_scale", "the scores are not scaled: qk_scale (sm_scale times log2 e) was left out",
+            "multiply the scores by qk_scale before the mask and the exponentials"),
+    Mistake("whole_context", "every split walked the whole context, not its own chunk", _OWN_CHUNK),
+    Mistake("last_position_dropped", "the sequence's last position is never walked: the walk ends one position "
+                                     "short of seq_len (position seq_len - 1 is the newest token's own)",
+            "the positions below seq_len exist: cut the chunk at seq_len itself"),
+    Mistake("partial_block_dropped", "the chunk's last, partial block is never walked: the walk takes whole "
+                                     "blocks only, so a ragged end is skipped",
+            "walk every block that starts before the chunk's end, and mask its keys past the end (key_ok) instead "
+            "of skipping the block"),
+    Mistake("last_block_dropped", "the walk stops one block early: the chunk's last block is never walked",
+            "walk every block that starts before the chunk's end"),
+    *(Mistake(("start", how, end_from_start), text, _OWN_CHUNK + ": start the walk at the first of them")
       for how, text in (
           ("one", "every split starts one position late: the first position of each chunk is never walked"),
           ("block", "every split starts one key block late: the first block of each chunk is never walked"),
@@ -150,13 +151,13 @@ SPLIT_MISTAKES = [
           ("blocks", "split s starts at block s (position s * BLOCK_N), not at its chunk's first position "
                      "(s * CHUNK)"))
       for end_from_start in (True, False) if (how, end_from_start) != ("chunk", False)),
-    ("exp", "the exponentials use e^x: " + _LOG2, "use tl.exp2 for the rescale factor and the probabilities"),
-    ("exp_p", "the probabilities use e^x, though the rescale factor uses 2^x: " + _LOG2,
-     "the probabilities are 2^(score - m), like the rescale factor"),
-    ("no_rescale", "acc is not rescaled when the running maximum rises, though l is",
-     "acc shrinks by the same factor as l"),
-    ("normalised", "the state was normalised (acc / l): the merge needs it as it is",
-     "return acc, l and m unnormalised"),
+    Mistake("exp", "the exponentials use e^x: " + _LOG2, "use tl.exp2 for the rescale factor and the probabilities"),
+    Mistake("exp_p", "the probabilities use e^x, though the rescale factor uses 2^x: " + _LOG2,
+            "the probabilities are 2^(score - m), like the rescale factor"),
+    Mistake("no_rescale", "acc is not rescaled when the running maximum rises, though l is",
+            "acc shrinks by the same factor as l"),
+    Mistake("normalised", "the state was normalised (acc / l): the merge needs it as it is",
+            "return acc, l and m unnormalised"),
 ]
 
 
@@ -211,13 +212,13 @@ def merge64(acc, l, m, bug=None):
 
 
 MERGE_MISTAKES = [
-    ("no_rescale", "the splits were added as they are, though each one's acc and l are sums against its own "
-                   "maximum", "rescale split s by 2^(m_s - m), m the row's largest maximum, before adding"),
-    ("exp", "the rescale uses e^x, though m and the splits' maxima are in log2 units",
-     "the factor is a power of 2: 2^(m_s - m)"),
-    ("unnormalised", "O is not normalised", "divide the merged acc by the merged l"),
-    ("lse_log2", "the LSE is left in log2 units; the course's LSE is a natural log",
-     "the natural log is (m + log2 l) * ln 2"),
-    ("lse_mixed", "the LSE mixes bases: m is in log2 units, but l was taken with the natural log",
-     "ln(2^m * l) = (m + log2 l) * ln 2"),
+    Mistake("no_rescale", "the splits were added as they are, though each one's acc and l are sums against its own "
+                          "maximum", "rescale split s by 2^(m_s - m), m the row's largest maximum, before adding"),
+    Mistake("exp", "the rescale uses e^x, though m and the splits' maxima are in log2 units",
+            "the factor is a power of 2: 2^(m_s - m)"),
+    Mistake("unnormalised", "O is not normalised", "divide the merged acc by the merged l"),
+    Mistake("lse_log2", "the LSE is left in log2 units; the course's LSE is a natural log",
+            "the natural log is (m + log2 l) * ln 2"),
+    Mistake("lse_mixed", "the LSE mixes bases: m is in log2 units, but l was taken with the natural log",
+            "ln(2^m * l) = (m + log2 l) * ln 2"),
 ]

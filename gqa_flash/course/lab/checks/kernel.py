@@ -20,12 +20,11 @@ import triton
 from gqa_flash.course import runtime, testing
 from gqa_flash.course.lab.checks import replays
 from gqa_flash.course.lab.checks.cases import Case, kv_of
-from gqa_flash.course.lab.checks.kernel_parts import PART_CHECKS
-from gqa_flash.course.lab.checks.verdict import (
-    PARTS, Stop, Verdict, _file_of, _part_regions, fail, load, matches, prints_verdict, rel, run_student,
-    shape_problem, tol,
+from gqa_flash.course.lab.checks.common import (
+    PARTS, Mistake, Stop, Verdict, fail, file_of, load, matches, part_regions, prints_verdict, rel, run_student,
+    shape_problem, tol, what_of,
 )
-from gqa_flash.course.lab.checks.verdict import what as part_what  # check_forward's `what` is the output's name
+from gqa_flash.course.lab.checks.kernel_parts import PART_CHECKS
 from gqa_flash.reference import reference_attention
 
 
@@ -59,7 +58,7 @@ def _indicator_blocks(case: Case) -> int:
     return n_kb if case.head_dim >= n_kb + 1 else 0
 
 
-def _indicator_qkv(case: Case):
+def indicator_qkv(case: Case):
     """Inputs whose output says where each row's probability went.
 
     Column kb of V is 1 on the keys of key block kb and 0 elsewhere, so column
@@ -80,7 +79,7 @@ def _indicator_qkv(case: Case):
 
 
 def _run_kernel(fwd, case: Case):
-    q, k, v, n_kb = _indicator_qkv(case)
+    q, k, v, n_kb = indicator_qkv(case)
     result = run_student("forward", fwd.flash_attention_forward, q, k, v, causal=case.causal,
                          sm_scale=case.sm_scale, return_lse=True, config=kernel_config())
     return q, k, v, n_kb, result
@@ -246,14 +245,14 @@ def _not_run(verdict) -> str:
 
 # The kernel's scale is sm_scale * log2(e) (qk_scale), in Part 3's scores; exp2 in Part 4 and ln 2 in Part 6
 # undo the log2(e). So a missing qk_scale is a softmax scale of ln 2, and a qk_scale without log2(e) one of
-# sm_scale * ln 2: both are the reference at another sm_scale. (cause, hint, the sm_scale it amounts to)
+# sm_scale * ln 2: both are the reference at another sm_scale. Each bug gives the sm_scale it amounts to.
 _SCALE_MISTAKES = [
-    ("the scores are never multiplied by qk_scale (Part 3): the kernel computes the softmax of the plain dot "
-     "products q·k, in log2 units", "multiply q·kᵀ by qk_scale in both phases of Part 3",
-     lambda sm_scale: math.log(2)),
-    ("the scores are scaled by sm_scale alone: log2(e) is missing from qk_scale, so the powers of 2 in Part 4 "
-     "are not the exponentials of the scaled scores", "qk_scale = sm_scale * log2(e)",
-     lambda sm_scale: sm_scale * math.log(2)),
+    Mistake(lambda sm_scale: math.log(2),
+            "the scores are never multiplied by qk_scale (Part 3): the kernel computes the softmax of the plain dot "
+            "products q·k, in log2 units", "multiply q·kᵀ by qk_scale in both phases of Part 3"),
+    Mistake(lambda sm_scale: sm_scale * math.log(2),
+            "the scores are scaled by sm_scale alone: log2(e) is missing from qk_scale, so the powers of 2 in Part 4 "
+            "are not the exponentials of the scaled scores", "qk_scale = sm_scale * log2(e)"),
 ]
 
 # When every part passes its own check and the answer matches no mistake above.
@@ -266,12 +265,12 @@ _UNEXPLAINED = ("the six parts pass their own checks, on their own inputs: the m
 def _scale_mistake(out, lse, q, k, v, case: Case):
     """(cause, hint) when O and the LSE are the reference's at the sm_scale of a known scale mistake, else None."""
     t = tol(case.dtype)
-    for cause, hint, scale in _SCALE_MISTAKES:
-        o_ref, lse_ref = reference_attention(q, k, v, causal=case.causal, sm_scale=scale(case.scale))
+    for mistake in _SCALE_MISTAKES:
+        o_ref, lse_ref = reference_attention(q, k, v, causal=case.causal, sm_scale=mistake.bug(case.scale))
         if matches(out, o_ref, 2 * t["atol"], 2 * t["rtol"]) and (
                 lse is None or matches(lse, lse_ref, 2 * testing.LSE_TOLERANCE["atol"],
                                        2 * testing.LSE_TOLERANCE["rtol"])):
-            return cause, hint
+            return mistake.cause, mistake.hint
     return None
 
 
@@ -281,19 +280,19 @@ _CALLED_BY_KEY_LOOP = (4, 5)
 
 
 def _calls_in_key_loop(helper: str) -> list[int]:
-    """The lines of Part 3 (_key_loop) in the checked file that call ``helper``."""
-    path = _file_of("forward")
+    """The lines of Part 3 (key_loop) in the checked file that call ``helper``."""
+    path = file_of("forward")
     try:
         lines = path.read_text().splitlines()
     except OSError:
         return []
-    return [n for first, last, part in _part_regions(path) if part == 3 for n in range(first, last + 1)
+    return [n for first, last, part in part_regions(path) if part == 3 for n in range(first, last + 1)
             if f"{helper}(" in lines[n - 1] and not lines[n - 1].strip().startswith("#")]
 
 
 def _blame_the_call(crash: Verdict, part_verdicts, fwd) -> Verdict:
     """A crash inside Part 4 or 5 whose own check passes, as Part 3's: its call passes the wrong arguments."""
-    part = next((p for p in _CALLED_BY_KEY_LOOP if crash.what == part_what("forward", p)), None)
+    part = next((p for p in _CALLED_BY_KEY_LOOP if crash.what == what_of("forward", p)), None)
     if part is None or not part_verdicts[part - 1].ok or crash.cause is None:
         return crash
     helper = PARTS["forward"][part]
@@ -304,12 +303,12 @@ def _blame_the_call(crash: Verdict, part_verdicts, fwd) -> Verdict:
         lines = f"{'line' if len(calls) == 1 else 'lines'} {', '.join(map(str, calls))}"
         where = (f"{rel('forward')}, {lines} (the call in Part 3); the error is raised inside Part {part}"
                  + (f", at {crash.where}" if crash.where else ""))
-    return fail("forward", 3, f"{crash.message}, inside {part_what('forward', part)}, which passes its own check",
+    return fail("forward", 3, f"{crash.message}, inside {what_of('forward', part)}, which passes its own check",
                 where=where,
-                cause=(f"{part_what('forward', part)} passes its own check, where the probe calls it with the right "
+                cause=(f"{what_of('forward', part)} passes its own check, where the probe calls it with the right "
                        "arguments; in the kernel Part 3 calls it, so the blocks it gets are wrong: the call in "
-                       f"_key_loop passes its arguments in the wrong order, or the wrong ones ({crash.cause})"),
-                hint=(f"compare the call of {helper} in _key_loop with its signature, {helper}({params})"
+                       f"key_loop passes its arguments in the wrong order, or the wrong ones ({crash.cause})"),
+                hint=(f"compare the call of {helper} in key_loop with its signature, {helper}({params})"
                       + (": which offsets are the query rows, and which the keys" if part == 5 else "")))
 
 
@@ -335,10 +334,10 @@ def check_forward(part_verdicts=None):
         if shape:
             raise Stop(fail("forward", None, shape, where=f"case \"{case.name}\""))
         problem = testing.mismatch("O", out, ref, **tol(case.dtype))
-        what = "O"
+        output = "O"
         if problem is None:
             problem = testing.mismatch("LSE", lse, ref_lse, labels=("batch", "head", "row"), **testing.LSE_TOLERANCE)
-            what = "the LSE"
+            output = "the LSE"
         if problem is None:
             continue
         scale = _scale_mistake(out, lse, q, k, v, case)
@@ -348,7 +347,7 @@ def check_forward(part_verdicts=None):
             cause, hint = f"{broken.what} fails its own check above: {broken.cause or broken.message}", broken.hint
         else:
             cause, hint = _UNEXPLAINED
-        return fail("forward", None, f"{what} of the kernel does not match the float64 reference",
+        return fail("forward", None, f"{output} of the kernel does not match the float64 reference",
                     where=_where_kernel(case, problem, out.detach().to("cpu", torch.float64), ref, n_kb), cause=cause,
                     hint=hint)
     if broken is not None:  # right answers here, but a part is wrong where these cases do not look

@@ -23,15 +23,15 @@ import triton
 
 from gqa_flash.course import interpreter, testing
 from gqa_flash.course.lab.checks.cases import LN2
+from gqa_flash.course.lab.checks.common import (
+    Mistake, Stop, Verdict, at, fail, first_cause, fmt, matches, prints_verdict, tol, what_of,
+)
 from gqa_flash.course.lab.checks.kernel_walk import (
     address_set, check_key_loop, check_load_tile, check_program_ids, offset_cases, overflow_cause, recorded,
     wrapped_int32, wrong_addresses_cause,
 )
 from gqa_flash.course.lab.checks.probes import addresses_recorded, dev, forward_parts, launch
 from gqa_flash.course.lab.checks.triton_errors import builtins_cause, builtins_hint, python_builtins_called
-from gqa_flash.course.lab.checks.verdict import (
-    Stop, Verdict, at, fail, first_cause, fmt, matches, prints_verdict, tol, what,
-)
 
 # --- Part 4 ------------------------------------------------------------------
 
@@ -77,24 +77,24 @@ def _update64(c, bug=None):
     return acc_new, l_new, (m if bug == "m_unchanged" else m_new)
 
 
-_UPDATE_MISTAKES = [  # (bug, cause, hint)
-    ("exp", "e^x instead of 2^x: the scores are already in log2 units (log2(e) is folded into qk_scale)",
-     "every exponential here is a power of 2"),
-    ("no_rescale", "the old state is not rescaled when the running max grows",
-     "both l_i and acc shrink by 2^(old max - new max) before this tile is added"),
-    ("no_rescale_acc", "acc is not rescaled when the running max grows (l_i is)",
-     "acc shrinks by the same factor as l_i before this tile is added"),
-    ("no_rescale_l", "l_i is not rescaled when the running max grows (acc is)",
-     "l_i shrinks by the same factor as acc before this tile's sum is added"),
-    ("alpha_inverted", "the rescale factor is inverted: it grows the old state instead of shrinking it",
-     "the factor is 2^(old max - new max), at most 1"),
-    ("alpha_new_only", "the rescale factor uses the new max alone, without the old",
-     "the factor is 2^(old max - new max): the old terms were shifted by the old max"),
-    ("m_unchanged", "the old maximum is returned, not the new one", "return the new running max"),
-    ("m_from_tile", "the new max is this tile's row max alone, and the running max never goes down",
-     "the new max is the larger of the running max and the tile's row maxima"),
-    ("p_unshifted", "the probabilities are not shifted by the new row max",
-     "subtract the new row max from the scores before taking the power of 2"),
+_UPDATE_MISTAKES = [
+    Mistake("exp", "e^x instead of 2^x: the scores are already in log2 units (log2(e) is folded into qk_scale)",
+            "every exponential here is a power of 2"),
+    Mistake("no_rescale", "the old state is not rescaled when the running max grows",
+            "both l_i and acc shrink by 2^(old max - new max) before this tile is added"),
+    Mistake("no_rescale_acc", "acc is not rescaled when the running max grows (l_i is)",
+            "acc shrinks by the same factor as l_i before this tile is added"),
+    Mistake("no_rescale_l", "l_i is not rescaled when the running max grows (acc is)",
+            "l_i shrinks by the same factor as acc before this tile's sum is added"),
+    Mistake("alpha_inverted", "the rescale factor is inverted: it grows the old state instead of shrinking it",
+            "the factor is 2^(old max - new max), at most 1"),
+    Mistake("alpha_new_only", "the rescale factor uses the new max alone, without the old",
+            "the factor is 2^(old max - new max): the old terms were shifted by the old max"),
+    Mistake("m_unchanged", "the old maximum is returned, not the new one", "return the new running max"),
+    Mistake("m_from_tile", "the new max is this tile's row max alone, and the running max never goes down",
+            "the new max is the larger of the running max and the tile's row maxima"),
+    Mistake("p_unshifted", "the probabilities are not shifted by the new row max",
+            "subtract the new row max from the scores before taking the power of 2"),
 ]
 
 
@@ -118,18 +118,18 @@ def check_online_softmax_update():
         if problem is None:
             continue
         state = tuple(got[k] for k in _STATE)
-        builtins = python_builtins_called(fwd._online_softmax_update)
+        builtins = python_builtins_called(fwd.online_softmax_update)
         if builtins:  # right on a GPU (Triton turns them into tl.maximum...), wrong in the interpreter
             cause, hint = builtins_cause(builtins), builtins_hint(builtins)
         elif matches(state, tuple(c[k] for k in _STATE), 0, 0):
             cause, hint = "the placeholder is still there: the state comes back unchanged", None
         else:
-            cause, hint = first_cause(state, [((text, fix), (lambda bug=bug: _update64(c, bug)))
-                                              for bug, text, fix in _UPDATE_MISTAKES],
-                                      **tol(c["v"].dtype)) or (None, None)
+            found = first_cause(state, [(mistake, lambda bug=mistake.bug: _update64(c, bug))
+                                        for mistake in _UPDATE_MISTAKES], **tol(c["v"].dtype))
+            cause, hint = (found.cause, found.hint) if found else (None, None)
         return fail("forward", 4, "the new state (acc, l_i, m_i) does not match the float64 reference",
-                    where=f"case \"{name}\": {problem.what}, {at(problem)}", cause=cause, hint=hint)
-    return Verdict(True, what("forward", 4), "the new state matches the float64 reference: first tile, "
+                    where=f"case \"{name}\": {problem.name}, {at(problem)}", cause=cause, hint=hint)
+    return Verdict(True, what_of("forward", 4), "the new state matches the float64 reference: first tile, "
                    "rising and steady maxima, fully masked rows, fp16 values")
 
 
@@ -153,20 +153,20 @@ def _mask64(s, seq_len, causal, bug=None):
     return torch.where(visible, s.to(torch.float64), torch.full_like(s, fill, dtype=torch.float64))
 
 
-_MASK_MISTAKES = [  # (bug, cause, hint)
-    ("diag", "mask off by one: a row's own key (the diagonal) is hidden", "the diagonal stays visible"),
-    ("plus_one", "mask off by one: the key just after a row's own is visible, and it is already in the row's "
-                 "future", "a row sees the keys at or before its own position"),
-    ("transposed", "the mask is transposed: a row sees the keys after its own position, not before",
-     "a row sees the keys at or before its own position"),
-    ("no_tail", "keys past SEQ_LEN are not masked: the padding keys of the ragged last block were loaded as 0, "
-                "so their score is 0, a real weight", "hide the keys past SEQ_LEN, causal or not"),
-    ("no_causal", "the causal rule is missing: only the keys past SEQ_LEN are hidden, and a row sees its future",
-     "under the causal mask, also hide the keys after the row's own position"),
-    ("causal_always", "the causal mask is applied when CAUSAL is False",
-     "apply the causal rule only under the causal mask (a Python `if` on CAUSAL)"),
-    ("zero", "masked scores are set to 0, not -inf: 2^0 = 1 still gives them weight",
-     "a hidden score is -inf"),
+_MASK_MISTAKES = [
+    Mistake("diag", "mask off by one: a row's own key (the diagonal) is hidden", "the diagonal stays visible"),
+    Mistake("plus_one", "mask off by one: the key just after a row's own is visible, and it is already in the "
+                        "row's future", "a row sees the keys at or before its own position"),
+    Mistake("transposed", "the mask is transposed: a row sees the keys after its own position, not before",
+            "a row sees the keys at or before its own position"),
+    Mistake("no_tail", "keys past SEQ_LEN are not masked: the padding keys of the ragged last block were loaded "
+                       "as 0, so their score is 0, a real weight", "hide the keys past SEQ_LEN, causal or not"),
+    Mistake("no_causal", "the causal rule is missing: only the keys past SEQ_LEN are hidden, and a row sees its "
+                         "future", "under the causal mask, also hide the keys after the row's own position"),
+    Mistake("causal_always", "the causal mask is applied when CAUSAL is False",
+            "apply the causal rule only under the causal mask (a Python `if` on CAUSAL)"),
+    Mistake("zero", "masked scores are set to 0, not -inf: 2^0 = 1 still gives them weight",
+            "a hidden score is -inf"),
 ]
 
 
@@ -192,8 +192,9 @@ def check_mask_scores():
         if causal and torch.equal(got, s[:n, :cols]):
             cause, hint = "the placeholder is still there: nothing is masked", None
         else:
-            cause, hint = first_cause(got, [((text, fix), _mask64(s, n, causal, bug)[:n, :cols])
-                                            for bug, text, fix in _MASK_MISTAKES], atol=0, rtol=1e-6) or (None, None)
+            found = first_cause(got, [(mistake, _mask64(s, n, causal, mistake.bug)[:n, :cols])
+                                      for mistake in _MASK_MISTAKES], atol=0, rtol=1e-6)
+            cause, hint = (found.cause, found.hint) if found else (None, None)
         i, j = problem.index
         seen = "masked (-inf)" if math.isinf(problem.got) and problem.got < 0 else f"{fmt(problem.got)}"
         expected = "masked (-inf)" if math.isinf(problem.expected) else "visible (the score unchanged)"
@@ -201,7 +202,7 @@ def check_mask_scores():
                     where=f"case \"{name}\": query row {i} (query block {i // bm}), key {j} (key block {j // bn}): "
                           f"got {seen}, expected {expected}",
                     cause=cause, hint=hint)
-    return Verdict(True, what("forward", 5), "the causal mask and the ragged tail are right, "
+    return Verdict(True, what_of("forward", 5), "the causal mask and the ragged tail are right, "
                    "on every block of a ragged sequence, causal and not")
 
 
@@ -230,14 +231,15 @@ def _epilogue64(acc, l, m, bug=None):
     return o, lse
 
 
-_EPILOGUE_MISTAKES = [  # (bug, cause, hint)
-    ("no_normalise", "o is not normalised by the row sums l_i", "divide the accumulator by l_i, once, here"),
-    ("twice", "o is divided by the row sums l_i twice", "divide the accumulator by l_i once"),
-    ("lse_log2", "the LSE is in log2 units: the backward pass wants the natural log", "multiply by ln 2"),
-    ("lse_mixed", "m_i is in log2 units but l_i's log is natural",
-     "take both in base 2, then convert the sum to natural log"),
-    ("lse_m", "the LSE is missing the log of l_i", "the LSE is the running max plus the log of the row sum"),
-    ("lse_no_m", "the LSE is missing the running max m_i", "the LSE is the running max plus the log of the row sum"),
+_EPILOGUE_MISTAKES = [
+    Mistake("no_normalise", "o is not normalised by the row sums l_i", "divide the accumulator by l_i, once, here"),
+    Mistake("twice", "o is divided by the row sums l_i twice", "divide the accumulator by l_i once"),
+    Mistake("lse_log2", "the LSE is in log2 units: the backward pass wants the natural log", "multiply by ln 2"),
+    Mistake("lse_mixed", "m_i is in log2 units but l_i's log is natural",
+            "take both in base 2, then convert the sum to natural log"),
+    Mistake("lse_m", "the LSE is missing the log of l_i", "the LSE is the running max plus the log of the row sum"),
+    Mistake("lse_no_m", "the LSE is missing the running max m_i",
+            "the LSE is the running max plus the log of the row sum"),
 ]
 
 
@@ -307,8 +309,9 @@ def check_epilogue():
             problem = testing.mismatch(label, got, _epilogue64(acc, l, m)[pick][real], labels=labels, **t)
             if problem is None:
                 continue
-            cause, hint = first_cause(got, [((text, fix), _epilogue64(acc, l, m, bug)[pick][real])
-                                            for bug, text, fix in _EPILOGUE_MISTAKES], **t) or (None, None)
+            found = first_cause(got, [(mistake, _epilogue64(acc, l, m, mistake.bug)[pick][real])
+                                      for mistake in _EPILOGUE_MISTAKES], **t)
+            cause, hint = (found.cause, found.hint) if found else (None, None)
             if cause is None and (got == _SENTINEL).all():
                 cause, hint = _stored_elsewhere(label, (o, lse)[pick], others)
             if cause is None and label == "LSE":
@@ -330,7 +333,7 @@ def check_epilogue():
     problem = interpreter.in_interpreter(f"{__name__}:epilogue_offsets_problem")
     if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
         return fail("forward", 6, **problem, extra=dict(safe_on_small_tensors=True))
-    return Verdict(True, what("forward", 6), "O is normalised and the LSE is in natural log, in their own "
+    return Verdict(True, what_of("forward", 6), "O is normalised and the LSE is in natural log, in their own "
                    "batch and head; padding rows and columns are left alone; fp32 and fp16 O")
 
 

@@ -20,10 +20,10 @@ import torch
 import triton
 
 from gqa_flash.course import interpreter, testing
+from gqa_flash.course.lab.checks.common import Mistake, Stop, Verdict, at, fail, matches, prints_verdict, what_of
 from gqa_flash.course.lab.checks.probes import (
     addresses_recorded, dev, forward_parts, launch, masked_lanes_poisoned,
 )
-from gqa_flash.course.lab.checks.verdict import Stop, Verdict, at, fail, matches, prints_verdict, what
 
 # --- Part 1 ------------------------------------------------------------------
 
@@ -83,7 +83,7 @@ def check_program_ids():
                     where=f"grid ({tiles}, {batch} * {n_q}) for batch {batch}, {n_q} query heads on {n_kv} KV heads: "
                           f"program ({i}, {j}) got {', '.join(wrong)}",
                     **dict(zip(("cause", "hint"), _ids_cause(got, want, n_q, n_kv))))
-    return Verdict(True, what("forward", 1), f"every program finds its tile, batch, query head and KV head in "
+    return Verdict(True, what_of("forward", 1), f"every program finds its tile, batch, query head and KV head in "
                    f"{len(_GRIDS)} grids (GQA 8:2, 6:3, 32:8; MHA; MQA)")
 
 
@@ -129,9 +129,9 @@ def _unmasked_cause(leaks, n, d):
         return (f"the load has no mask at all: neither the rows nor the columns are masked, so {rows} and {cols} "
                 "are both loaded; they are not part of the tensor", "mask the load: rows < n_rows and columns < "
                 "n_cols, broadcast into one 2-D mask (&), with other=0.0 so that the masked entries read 0")
-    missing, masked, what, bound = ("rows", "columns", rows, "n_rows") if "rows" in leaks else ("columns", "rows",
-                                                                                                 cols, "n_cols")
-    return (f"{missing} past {bound} are loaded: the {masked} are masked but the {missing} are not, so {what} are "
+    missing, masked, loaded, bound = ("rows", "columns", rows, "n_rows") if "rows" in leaks else ("columns", "rows",
+                                                                                                   cols, "n_cols")
+    return (f"{missing} past {bound} are loaded: the {masked} are masked but the {missing} are not, so {loaded} are "
             f"loaded; they are not part of the tensor", f"mask the {missing} too: {missing} < {bound}, combined (&) "
             f"with the {masked}' mask, so that they read 0")
 
@@ -176,7 +176,7 @@ def check_load_tile():
     problem = interpreter.in_interpreter(f"{__name__}:load_tile_gpu_problem")
     if problem is not None:  # right on small tensors: the whole kernel may still run (kernel.py)
         return fail("forward", 2, **problem, extra=dict(safe_on_small_tensors=True))
-    return Verdict(True, what("forward", 2), "the right tile of the right batch and head, in strided and "
+    return Verdict(True, what_of("forward", 2), "the right tile of the right batch and head, in strided and "
                    "[B, N, H, D] layouts; ragged rows and padded columns read 0")
 
 
@@ -488,16 +488,16 @@ def _scores64(q, k, v, causal, variant=None):
     return torch.where(visited, s * scale, torch.zeros_like(s)), phase1
 
 
-_SCORE_MISTAKES = [
-    ("unscaled", "the scores are not multiplied by qk_scale: they are plain dot products q·k, not the scaled "
-                 "scores in log2 units that Part 4 expects",
-     "multiply q·kᵀ by qk_scale (sm_scale and log2(e) folded together), in both phases"),
-    ("unscaled 1", "phase 1's scores are not multiplied by qk_scale (phase 2's are)",
-     "multiply q·kᵀ by qk_scale in phase 1 too"),
-    ("unscaled 2", "phase 2's scores are not multiplied by qk_scale (phase 1's are)",
-     "multiply q·kᵀ by qk_scale in phase 2 too"),
-    ("v", "the scores are taken against the V tile: a score is a query row against a key row, from K",
-     "the scores are q·kᵀ, with the K tile of the same block"),
+_SCORE_MISTAKES = [  # each bug is the variant of _scores64 that replays it
+    Mistake("unscaled", "the scores are not multiplied by qk_scale: they are plain dot products q·k, not the scaled "
+                        "scores in log2 units that Part 4 expects",
+            "multiply q·kᵀ by qk_scale (sm_scale and log2(e) folded together), in both phases"),
+    Mistake("unscaled 1", "phase 1's scores are not multiplied by qk_scale (phase 2's are)",
+            "multiply q·kᵀ by qk_scale in phase 1 too"),
+    Mistake("unscaled 2", "phase 2's scores are not multiplied by qk_scale (phase 1's are)",
+            "multiply q·kᵀ by qk_scale in phase 2 too"),
+    Mistake("v", "the scores are taken against the V tile: a score is a query row against a key row, from K",
+            "the scores are q·kᵀ, with the K tile of the same block"),
 ]
 
 
@@ -517,9 +517,9 @@ def _score_problem(probes, q, k, v, causal, b, h):
         return None
     i, j = problem.index
     where = f"{at(problem)} (phase {1 if phase1[i, j] else 2} of query tile {i // bm})"
-    for variant, cause, hint in _SCORE_MISTAKES:
-        if matches(got, _scores64(q, k_bh, v_bh, causal, variant)[0], atol, rtol):
-            return where, cause, hint
+    for mistake in _SCORE_MISTAKES:
+        if matches(got, _scores64(q, k_bh, v_bh, causal, mistake.bug)[0], atol, rtol):
+            return where, mistake.cause, mistake.hint
     return (where, *_scale_factor_cause(got, want, phase1))
 
 
@@ -595,6 +595,6 @@ def check_key_loop():
                      "sees may be Part 2's mistake, not this part's")
             hint = "make Part 2's check (checks.check_load_tile()) pass first, then re-run this one"
         return fail("forward", 3, message, where=where, cause=cause, hint=hint)
-    return Verdict(True, what("forward", 3), "each query tile visits its key blocks once: the ones before the "
+    return Verdict(True, what_of("forward", 3), "each query tile visits its key blocks once: the ones before the "
                    "diagonal unmasked, the diagonal masked, none after it; without the causal mask every full "
                    "block unmasked and the ragged last one masked; the scores are q·kᵀ times qk_scale")

@@ -10,8 +10,8 @@ import torch
 
 from gqa_flash.course import api, testing
 from gqa_flash.course.lab.checks.cases import Case, gqa_cause, head_mapping, kv_index, run_torch, where_attention
-from gqa_flash.course.lab.checks.verdict import (
-    Stop, Verdict, fail, first_cause, load, prints_verdict, shape_problem, tol, what,
+from gqa_flash.course.lab.checks.common import (
+    Mistake, Stop, Verdict, fail, first_cause, load, prints_verdict, shape_problem, tol, what_of,
 )
 from gqa_flash.reference import reference_attention
 
@@ -63,27 +63,32 @@ _NAIVE_CASES = [
          layout="strided", seed=6),
 ]
 
-# (part, the switches of naive64 that replay the mistake, what to tell the student[, the fix]). Part 1's
-# mistakes are found by the KV head each query head of the output read (cases.head_mapping), not replayed.
+# Each bug is the switches of naive64 that replay it. Part 1's mistakes are found by the KV head each query head
+# of the output read (cases.head_mapping), not replayed.
 _NAIVE_MISTAKES = [
-    (2, dict(scale="none"), "the scores are not scaled: multiply Q K^T by sm_scale"),
-    (2, dict(scale="div"), "the scores are divided by sm_scale: multiply by it (it already is 1/sqrt(head_dim))"),
-    (2, dict(mask="none"), "the causal mask is missing: with causal=True, query i must not see keys j > i"),
-    (2, dict(mask="diag"), "mask off by one: the diagonal (key j == query i) is hidden too; query i must see its "
-                           "own key, and only the keys after it are hidden (row 0, left with no key at all, "
-                           "comes out NaN)",
-     "mark the future only: the triangle strictly above the diagonal"),
-    (2, dict(mask="past"), "the mask is transposed: it hides the past (j < i) instead of the future (j > i)"),
-    (2, dict(mask="tril1"), "the mask is the lower triangle (tril), not the upper: it hides the past, the diagonal "
-                            "and the key just after it, and keeps the rest of the future visible",
-     "mark the future, the triangle above the diagonal, with triu"),
-    (2, dict(mask="tril0"), "the mask is the lower triangle (tril), not the upper: it hides the past and the "
-                            "diagonal, and keeps the future visible",
-     "mark the future, the triangle above the diagonal, with triu"),
-    (2, dict(mask="zero"), "masked scores are set to 0, not -inf: exp(0) = 1 still gives the future a weight"),
-    (3, dict(softmax="queries"), "softmax over the wrong dimension: normalise each row over the keys (dim=-1)"),
-    (3, dict(softmax="unnormalised"), "the probabilities are not normalised: divide by the row sums "
-                                      "(or use torch.softmax)"),
+    Mistake(dict(scale="none"), "the scores are not scaled: multiply Q K^T by sm_scale", part=2),
+    Mistake(dict(scale="div"), "the scores are divided by sm_scale: multiply by it (it already is 1/sqrt(head_dim))",
+            part=2),
+    Mistake(dict(mask="none"), "the causal mask is missing: with causal=True, query i must not see keys j > i",
+            part=2),
+    Mistake(dict(mask="diag"), "mask off by one: the diagonal (key j == query i) is hidden too; query i must see "
+                               "its own key, and only the keys after it are hidden (row 0, left with no key at all, "
+                               "comes out NaN)",
+            "mark the future only: the triangle strictly above the diagonal", part=2),
+    Mistake(dict(mask="past"), "the mask is transposed: it hides the past (j < i) instead of the future (j > i)",
+            part=2),
+    Mistake(dict(mask="tril1"), "the mask is the lower triangle (tril), not the upper: it hides the past, the "
+                                "diagonal and the key just after it, and keeps the rest of the future visible",
+            "mark the future, the triangle above the diagonal, with triu", part=2),
+    Mistake(dict(mask="tril0"), "the mask is the lower triangle (tril), not the upper: it hides the past and the "
+                                "diagonal, and keeps the future visible",
+            "mark the future, the triangle above the diagonal, with triu", part=2),
+    Mistake(dict(mask="zero"), "masked scores are set to 0, not -inf: exp(0) = 1 still gives the future a weight",
+            part=2),
+    Mistake(dict(softmax="queries"), "softmax over the wrong dimension: normalise each row over the keys (dim=-1)",
+            part=3),
+    Mistake(dict(softmax="unnormalised"), "the probabilities are not normalised: divide by the row sums "
+                                          "(or use torch.softmax)", part=3),
 ]
 
 
@@ -99,13 +104,13 @@ def _heads_crash(case: Case):
     def diagnose(exc, local, line):
         text = str(exc)
         if "ZeroDivisionError" in text or isinstance(exc, ZeroDivisionError):
-            return dict(what=what("naive", 1),
+            return dict(what=what_of("naive", 1),
                         cause=f"the group size is 0 in case \"{case.name}\" ({n_q} query heads on {n_kv} KV "
                               "heads), and the query heads are divided by it: a division the wrong way round "
                               "(n_kv_heads // n_q_heads) gives 0 whenever there are more query heads than KV heads",
                         hint=_GROUP_HINT)
         if isinstance(exc, IndexError) and f"with size {n_kv}" in text:
-            return dict(what=what("naive", 1),
+            return dict(what=what_of("naive", 1),
                         cause=f"a query head is mapped to a KV head that does not exist (there are {n_kv} in case "
                               f"\"{case.name}\"): the "
                               f"group size is too small; it is n_q_heads // n_kv_heads = {n_q // n_kv}",
@@ -113,7 +118,7 @@ def _heads_crash(case: Case):
         k32 = local.get("k32")
         if ("must match the size of tensor" in text and isinstance(k32, torch.Tensor) and k32.dim() == 4
                 and k32.shape[1] != n_q):
-            return dict(what=what("naive", 1),
+            return dict(what=what_of("naive", 1),
                         cause=f"K and V leave Part 1 with {k32.shape[1]} heads, not one per query head ({n_q}): "
                               f"Part 2's product cannot pair {n_q} query heads with {k32.shape[1]} key heads; the "
                               "group size (how many times each KV head is repeated) is wrong", hint=_GROUP_HINT)
@@ -163,15 +168,13 @@ def check_naive():
         if heads:
             raise Stop(fail("naive", 1, "does not match the float64 reference", where=where_attention(problem, case),
                             cause=heads[0], hint=heads[1]))
-        variants = [
-            ((part, text, hint[0] if hint else None), (lambda kw=kw: naive64(q, k, v, case.causal, case.scale, **kw)))
-            for part, kw, text, *hint in _NAIVE_MISTAKES
-        ]
+        variants = [(mistake, lambda kw=mistake.bug: naive64(q, k, v, case.causal, case.scale, **kw))
+                    for mistake in _NAIVE_MISTAKES]
         found = first_cause(out, variants, **tol(case.dtype))
-        part, cause, hint = found if found else (case.part, None, None)
+        part, cause, hint = (found.part, found.cause, found.hint) if found else (case.part, None, None)
         raise Stop(fail("naive", part, "does not match the float64 reference",
                         where=where_attention(problem, case), cause=cause, hint=hint,
                         compare=None if found else _COMPARE.get(case.part, _COMPARE[None])))
-    return Verdict(True, what("naive", (1, 3)),
+    return Verdict(True, what_of("naive", (1, 3)),
                    f"{len(_NAIVE_CASES)} cases match the float64 reference "
                    "(MHA, GQA, MQA; causal and not; fp32 and fp16; strided)")

@@ -13,7 +13,7 @@ past the end leaves no trace in OUT when the store is masked, so puzzle 3 also
 looks at what the kernel reads (``primer_launch.reads_within``). The launching
 and the judging live in primer_launch.py; this module holds the puzzles.
 
-A failure is told in two steps, as every check does (verdict.py): first what
+A failure is told in two steps, as every check does (common.py): first what
 is wrong and where (which entries of OUT, which line of your kernel), then,
 when the same failure is checked again or on ``checks.explain()``, the likely
 cause and a fix. The causes come from replaying each puzzle's classic mistakes
@@ -29,7 +29,7 @@ import torch
 import triton
 
 from gqa_flash.course.lab.checks import primer_launch as run
-from gqa_flash.course.lab.checks.verdict import Verdict
+from gqa_flash.course.lab.checks.common import Verdict
 
 # --- the puzzles --------------------------------------------------------------------------------------------
 
@@ -62,7 +62,7 @@ def check_primer_program_ids(kernel):
            past_end=("a program's address lands past OUT's 12 entries: with i = tl.program_id(0) (0 to 2) and "
                      "j = tl.program_id(1) (0 to 3), OUT[i, j] is i * 4 + j entries past OUT",
                      "the address of OUT[i, j] is OUT + i * n_cols + j"))
-    return Verdict(True, run.what(1), "every program of the (3, 4) grid wrote 10 * i + j to its own OUT[i, j]")
+    return Verdict(True, run.what_of(1), "every program of the (3, 4) grid wrote 10 * i + j to its own OUT[i, j]")
 
 
 _OUTER_SHAPES = ("x and y are 1-D blocks of 4 and 8 values: side by side, their shapes do not fit. An [M, N] "
@@ -89,7 +89,7 @@ def check_primer_outer_sum(kernel):
           "i[:, None] * N + j[None, :]"), run.Writes((M, N), [(i + j * M, value)])),
     ]
     run.judge(2, buffer, run.buffer_of(value), (M, N), variants, past_end=_OUTER_SHAPES)
-    return Verdict(True, run.what(2), "OUT[i, j] = x[i] + y[j] for all 4 x 8 entries: a column plus a row")
+    return Verdict(True, run.what_of(2), "OUT[i, j] = x[i] + y[j] for all 4 x 8 entries: a column plus a row")
 
 
 @run.prints
@@ -128,8 +128,8 @@ def check_primer_masked(kernel):
     # OUT is right; the store's mask may still hide a load that read past X's end (its values were never stored)
     run.reads_within(3, kernel, (triton.cdiv(n, block),), (run.on_device(x_buffer)[:n], out, n), dict(BLOCK=block),
                   block)
-    return Verdict(True, run.what(3), "3 programs doubled the 10 entries, and the last one read and wrote nothing "
-                                   "past the end")
+    return Verdict(True, run.what_of(3), "3 programs doubled the 10 entries, and the last one read and wrote nothing "
+                                      "past the end")
 
 
 _SOFTMAX_SHAPES = ("a row's max (or sum) is a [M] vector, one value per row; against the [M, BLOCK_N] tile it "
@@ -171,8 +171,8 @@ def check_primer_softmax(kernel):
         run.judge(4, buffer, run.buffer_of(x64.softmax(1)), (M, n_cols), variants, case=case, tol=(1e-5, 1e-4),
                past_end=("the store is not masked: the padding columns 6 and 7 of a row are the next row's first "
                          "entries (and past the end of the last row)", "mask the store as you masked the load"))
-    return Verdict(True, run.what(4), "every row of OUT is the softmax of its row of X, the padding ignored, "
-                                   "and large scores do not overflow")
+    return Verdict(True, run.what_of(4), "every row of OUT is the softmax of its row of X, the padding ignored, "
+                                      "and large scores do not overflow")
 
 
 _DOT = {
@@ -203,7 +203,7 @@ def check_primer_dot(kernel):
     run.judge(5, buffer, run.buffer_of(a64 @ b64.T), (M, N), variants, tol=(1e-3, 1e-3),
            past_end=("the store's addresses run past OUT: it is [M, N], so OUT[m, n] is m * N + n entries in",
                      "OUT + m[:, None] * N + n[None, :]"))
-    return Verdict(True, run.what(5), "OUT = A @ B^T: fp16 tiles, products summed in fp32")
+    return Verdict(True, run.what_of(5), "OUT = A @ B^T: fp16 tiles, products summed in fp32")
 
 
 @run.prints
@@ -239,8 +239,8 @@ def check_primer_where(kernel):
               "compare (COL0 + j)[None, :] with (ROW0 + i)[:, None]"), masked(k <= q)),
         ]
         run.judge(6, buffer, masked(~future), (B, B), variants, case=case)
-    return Verdict(True, run.what(6), "every future key is -inf and every other score kept, on the diagonal tile "
-                                   "and off it, whichever tile starts first")
+    return Verdict(True, run.what_of(6), "every future key is -inf and every other score kept, on the diagonal tile "
+                                      "and off it, whichever tile starts first")
 
 
 @run.prints
@@ -266,8 +266,8 @@ def check_primer_maximum(kernel):
           "tl.max(s, 1)", "tl.maximum(m, tl.max(s, 1))"), run.buffer_of(torch.maximum(m64, s64.max()))),
     ]
     run.judge(7, buffer, run.buffer_of(torch.maximum(m64, s64.amax(1))), (BM,), variants)
-    return Verdict(True, run.what(7), "OUT is the running maximum: the old one where it is larger, the tile's "
-                                   "where that is, and the tile's in the row that had none (-inf)")
+    return Verdict(True, run.what_of(7), "OUT is the running maximum: the old one where it is larger, the tile's "
+                                      "where that is, and the tile's in the row that had none (-inf)")
 
 
 def _p_off_the_grid(gen, shape):
@@ -303,7 +303,7 @@ def check_primer_cast(kernel):
         ]
         run.judge(8, buffer, run.buffer_of(p.to(dtype).double() @ v64), (BM, D),
                   variants if dtype == torch.float16 else (), tol=tol, case=case)
-    return Verdict(True, run.what(8), "OUT = P @ V with P in V's dtype, for fp16 and fp32 V")
+    return Verdict(True, run.what_of(8), "OUT = P @ V with P in V's dtype, for fp16 and fp32 V")
 
 
 PRIMER_CHECKS = (check_primer_program_ids, check_primer_outer_sum, check_primer_masked, check_primer_softmax,

@@ -22,7 +22,7 @@ import torch
 import triton
 
 from gqa_flash.course import runtime
-from gqa_flash.course.lab.checks.verdict import Stop, Verdict, describe_exception, matches, staged, verdict_of
+from gqa_flash.course.lab.checks.common import Stop, Verdict, describe_exception, matches, staged, verdict_of
 
 PUZZLES = {
     1: "program ids",
@@ -40,12 +40,13 @@ DEBUG_HINT = ("print a block inside your kernel to see it (in the interpreter pr
                "on a GPU, tl.device_print('x', x)), and compare it with the spec above")
 
 
-def what(n: int) -> str:
+def what_of(n: int) -> str:
+    """A puzzle's verdict's ``what``: ``primer puzzle 1 (program ids)``."""
     return f"primer puzzle {n} ({PUZZLES[n]})"
 
 
 def fail(n: int, message: str, **kw) -> Verdict:
-    return Verdict(False, what(n), message, **kw)
+    return Verdict(False, what_of(n), message, **kw)
 
 
 def prints(body):

@@ -3,7 +3,7 @@
 The kernel parts of ``forward.py`` are small ``@triton.jit`` helpers, and each
 is checked on its own by a *probe*: an ordinary kernel that loads chosen
 inputs, calls ONE of your helpers, and stores what it returns. The probes
-below are plain functions that say ``fwd._program_ids(...)``;
+below are plain functions that say ``fwd.program_ids(...)``;
 :func:`forward_parts` turns them into Triton kernels bound to one version of
 your forward module. Part 3's two probes are the exception to "one helper":
 they run your key loop, which calls your Part 2, with Parts 4 and 5 replaced
@@ -13,7 +13,7 @@ kernel_parts.py (Parts 4-6). For two mistakes that only a GPU would show
 (a masked load with no ``other``, batch and head offsets in int32) the
 interpreter's loads and stores are swapped, for the length of a probe, for
 ones that show them (the end of this file). decode.py's probes
-(``dec._group_tile(...)`` and the others) are launched by decode_parts.py.
+(``dec.group_tile(...)`` and the others) are launched by decode_parts.py.
 
 Why a fresh kernel per version: a compiled Triton kernel remembers the code of
 every helper it calls (it hashes them once, on first launch). If the probe
@@ -35,13 +35,13 @@ import triton
 import triton.language as tl
 
 from gqa_flash.course import runtime
-from gqa_flash.course.lab.checks.verdict import PARTS, Stop, fail, load, rel, run_student
+from gqa_flash.course.lab.checks.common import PARTS, Stop, fail, load, rel, run_student
 
 
 def _probe_program_ids(OUT, N_Q_HEADS, N_KV_HEADS):
-    """Part 1: each program stores the four numbers _program_ids gives it, at its place in the grid."""
+    """Part 1: each program stores the four numbers program_ids gives it, at its place in the grid."""
     slot = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * 4
-    q_tile_idx, batch_idx, q_head_idx, kv_head_idx = fwd._program_ids(N_Q_HEADS, N_KV_HEADS)  # noqa: F821
+    q_tile_idx, batch_idx, q_head_idx, kv_head_idx = fwd.program_ids(N_Q_HEADS, N_KV_HEADS)  # noqa: F821
     tl.store(OUT + slot, q_tile_idx)
     tl.store(OUT + slot + 1, batch_idx)
     tl.store(OUT + slot + 2, q_head_idx)
@@ -54,8 +54,8 @@ def _probe_load_tile(X, OUT, BATCH, HEAD, stride_b, stride_h, stride_row, stride
     zero = tl.program_id(0)  # 0: batch and head arrive as tensors, as in the kernel
     rows = ROW0 + tl.arange(0, BLOCK_R)
     cols = tl.arange(0, BLOCK_C)
-    tile = fwd._load_tile(X, zero + BATCH, zero + HEAD, rows, cols, stride_b, stride_h,  # noqa: F821
-                          stride_row, stride_col, n_rows, n_cols)
+    tile = fwd.load_tile(X, zero + BATCH, zero + HEAD, rows, cols, stride_b, stride_h,  # noqa: F821
+                         stride_row, stride_col, n_rows, n_cols)
     tl.store(OUT + tl.arange(0, BLOCK_R)[:, None] * BLOCK_C + cols[None, :], tile)
 
 
@@ -145,7 +145,7 @@ def _probe_online_softmax_update(ACC, L, M, S, V, ACC_OUT, L_OUT, M_OUT,
     m_i = tl.load(M + rows)
     s = tl.load(S + rows[:, None] * BLOCK_N + cols[None, :])
     v = tl.load(V + cols[:, None] * HEAD_DIM + dims[None, :])
-    acc, l_i, m_i = fwd._online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION)  # noqa: F821
+    acc, l_i, m_i = fwd.online_softmax_update(acc, l_i, m_i, s, v, INPUT_PRECISION)  # noqa: F821
     tl.store(ACC_OUT + rows[:, None] * HEAD_DIM + dims[None, :], acc)
     tl.store(L_OUT + rows, l_i)
     tl.store(M_OUT + rows, m_i)
@@ -157,7 +157,7 @@ def _probe_mask_scores(S, OUT, SEQ_LEN, stride_row, CAUSAL: tl.constexpr,
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     offsets = offs_m[:, None] * stride_row + offs_n[None, :]
     s = tl.load(S + offsets)
-    tl.store(OUT + offsets, fwd._mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL))  # noqa: F821
+    tl.store(OUT + offsets, fwd.mask_scores(s, offs_m, offs_n, SEQ_LEN, CAUSAL))  # noqa: F821
 
 
 def _probe_epilogue(ACC, L, M, O, LSE, BATCH, HEAD, stride_ob, stride_oh, stride_on, stride_od,
@@ -169,8 +169,8 @@ def _probe_epilogue(ACC, L, M, O, LSE, BATCH, HEAD, stride_ob, stride_oh, stride
     acc = tl.load(ACC + rows[:, None] * HEAD_DIM_PAD + dims[None, :])
     l_i = tl.load(L + rows)
     m_i = tl.load(M + rows)
-    fwd._epilogue(acc, l_i, m_i, O, LSE, zero + BATCH, zero + HEAD, rows, dims,  # noqa: F821
-                  stride_ob, stride_oh, stride_on, stride_od, stride_lb, stride_lh, stride_ln, SEQ_LEN, HEAD_DIM)
+    fwd.epilogue(acc, l_i, m_i, O, LSE, zero + BATCH, zero + HEAD, rows, dims,  # noqa: F821
+                 stride_ob, stride_oh, stride_on, stride_od, stride_lb, stride_lh, stride_ln, SEQ_LEN, HEAD_DIM)
 
 
 _PROBES = (_probe_program_ids, _probe_load_tile, _probe_key_loop, _probe_key_scores,
@@ -189,9 +189,9 @@ def _probe_group_tile(Q, Q_OUT, HEAD_OUT, TOKEN_OUT, BATCH, KV_HEAD, stride_qb, 
     row_ok = rows < (N_Q_HEADS // N_KV_HEADS) * N_Q
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     zero = row_block * 0  # batch and KV head arrive as tensors, as in the kernel
-    tile, heads, tokens = dec._group_tile(Q, zero + BATCH, zero + KV_HEAD, rows, row_ok, offs_d,  # noqa: F821
-                                          stride_qb, stride_qh, stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS,
-                                          N_Q, HEAD_DIM)
+    tile, heads, tokens = dec.group_tile(Q, zero + BATCH, zero + KV_HEAD, rows, row_ok, offs_d,  # noqa: F821
+                                         stride_qb, stride_qh, stride_qn, stride_qd, N_Q_HEADS, N_KV_HEADS,
+                                         N_Q, HEAD_DIM)
     tl.store(Q_OUT + rows[:, None] * HEAD_DIM_PAD + offs_d[None, :], tile.to(tl.float32))
     tl.store(HEAD_OUT + rows, heads)
     tl.store(TOKEN_OUT + rows, tokens)
@@ -203,8 +203,8 @@ def _probe_page_slots(TABLE, PAGE_OUT, SLOT_OUT, BATCH, SEQ_LEN, stride_tb, stri
     block = tl.program_id(0)
     positions = block * BLOCK_N + tl.arange(0, BLOCK_N)
     exists = positions < SEQ_LEN
-    pages, slots = dec._page_slots(TABLE, block * 0 + BATCH, positions, exists, stride_tb,  # noqa: F821
-                                   stride_tp, PAGE_SIZE, PAGED)
+    pages, slots = dec.page_slots(TABLE, block * 0 + BATCH, positions, exists, stride_tb,  # noqa: F821
+                                  stride_tp, PAGE_SIZE, PAGED)
     tl.store(PAGE_OUT + positions, pages)
     tl.store(SLOT_OUT + positions, slots)
 
@@ -225,7 +225,7 @@ def _probe_split_partial(Q, TOKENS, K, V, SEQLENS, ACC_OUT, L_OUT, M_OUT, BATCH,
     l_run = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_run = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     # No block table (a contiguous cache): the kernel passes the lengths' pointer and strides of 0 in its place.
-    acc, l_run, m_run = dec._split_partial(  # noqa: F821
+    acc, l_run, m_run = dec.split_partial(  # noqa: F821
         acc, l_run, m_run, q, tokens, K, V, SEQLENS, batch, split * 0 + KV_HEAD, split, n_valid, d, qk_scale,
         CHUNK, stride_kp, stride_ks, stride_kh, stride_kd, stride_vp, stride_vs, stride_vh, stride_vd, 0, 0,
         N_Q, HEAD_DIM, N_PAGES, BLOCK_N, 1, False, "ieee")
@@ -245,7 +245,7 @@ def _probe_merge_splits(ACC, L, M, O_OUT, LSE_OUT, BLOCK_R: tl.constexpr, SPLITS
     parts_l = tl.load(L + idx)
     parts_m = tl.load(M + idx)
     parts_acc = tl.load(ACC + idx[:, :, None] * HEAD_DIM_PAD + d[None, None, :])
-    o, lse = dec._merge_splits(parts_acc, parts_l, parts_m)  # noqa: F821
+    o, lse = dec.merge_splits(parts_acc, parts_l, parts_m)  # noqa: F821
     tl.store(O_OUT + r[:, None] * HEAD_DIM_PAD + d[None, :], o)
     tl.store(LSE_OUT + r, lse)
 
@@ -292,11 +292,11 @@ def _module_and_probes(name, probes, scope):
 
 
 def _forward_scope(fwd):
-    # Part 3's probes run your _key_loop with Parts 4 and 5 swapped for the recorders above
+    # Part 3's probes run your key_loop with Parts 4 and 5 swapped for the recorders above
     # (your Part 2 stays: the key loop loads its tiles with it): one records the walk, one the scores.
-    loop = fwd._key_loop.fn
-    recorded = _rebind(loop, {"_online_softmax_update": _record_update, "_mask_scores": _mark_masked})
-    scored = _rebind(loop, {"_online_softmax_update": _record_scores, "_mask_scores": _keep_scores})
+    loop = fwd.key_loop.fn
+    recorded = _rebind(loop, {"online_softmax_update": _record_update, "mask_scores": _mark_masked})
+    scored = _rebind(loop, {"online_softmax_update": _record_scores, "mask_scores": _keep_scores})
     return {"fwd": fwd, "recorded_key_loop": recorded, "scored_key_loop": scored}
 
 

@@ -25,10 +25,11 @@ def _stored() -> dict:
     return torch.load(PATH, weights_only=True) if PATH.exists() else {}
 
 
-def stored(check: str, case: str, dtype: torch.dtype):
-    """((q, k, v) on this machine's device in ``dtype``, {mistake: its answer}) stored for ``check``'s
-    ``case``, or None where nothing is stored."""
-    entry = _stored().get(check, {}).get(case)
+def stored(group: str, case: str, dtype: torch.dtype):
+    """((q, k, v) on this machine's device in ``dtype``, {mistake: its answer}) stored for ``case`` of
+    ``group`` (``"tiled"`` or ``"kernel"``: the checks module that reads them), or None where nothing is
+    stored."""
+    entry = _stored().get(group, {}).get(case)
     if entry is None:
         return None
     inputs = tuple(t.to(device=runtime.DEVICE, dtype=dtype) for t in entry["inputs"])

@@ -21,7 +21,9 @@ import dataclasses
 import torch
 
 from gqa_flash.course import context_parallel
-from gqa_flash.course.lab.checks.verdict import PARTS, Stop, Verdict, fail, load, prints_verdict, run_student, what
+from gqa_flash.course.lab.checks.common import (
+    PARTS, Mistake, Stop, Verdict, fail, load, prints_verdict, run_student, what_of,
+)
 
 MODULE = "ring"
 
@@ -39,12 +41,13 @@ def replayed_sources(world_size):
     return out
 
 
-_SOURCE_MISTAKES = [
-    (lambda r, s, w: (r + s) % w, "the ring turns the wrong way: each rank sends to rank + 1, so at step s it "
-                                  "holds the block of rank - s"),
-    (lambda r, s, w: r - s, "the rank goes negative: wrap it around the ring (modulo world_size)"),
-    (lambda r, s, w: (s - r) % w, "rank and step are the wrong way round: the block came s ranks back from rank"),
-    (lambda r, s, w: s, "every rank holds the same block at a step: at step 0 each holds its own"),
+_SOURCE_MISTAKES = [  # each bug gives the source rank the mistake gives, from (rank, step, world_size)
+    Mistake(lambda r, s, w: (r + s) % w, "the ring turns the wrong way: each rank sends to rank + 1, so at step s "
+                                         "it holds the block of rank - s"),
+    Mistake(lambda r, s, w: r - s, "the rank goes negative: wrap it around the ring (modulo world_size)"),
+    Mistake(lambda r, s, w: (s - r) % w, "rank and step are the wrong way round: the block came s ranks back from "
+                                         "rank"),
+    Mistake(lambda r, s, w: s, "every rank holds the same block at a step: at step 0 each holds its own"),
 ]
 
 
@@ -59,11 +62,12 @@ def check_ring_source():
                 got = run_student(MODULE, mod.ring_source, rank, step, world_size, part=1)
                 if got == expected[step][rank]:
                     continue
-                cause = next((text for f, text in _SOURCE_MISTAKES if f(rank, step, world_size) == got), None)
+                cause = next((mistake.cause for mistake in _SOURCE_MISTAKES
+                              if mistake.bug(rank, step, world_size) == got), None)
                 raise Stop(fail(MODULE, 1, "the wrong source rank",
                                 where=f"rank {rank} of {world_size} at step {step}: got {got!r}, expected "
                                       f"{expected[step][rank]}", cause=cause))
-    return Verdict(True, what(MODULE, 1), "every rank's source at every step of rings of 1 to 6 ranks")
+    return Verdict(True, what_of(MODULE, 1), "every rank's source at every step of rings of 1 to 6 ranks")
 
 
 # --- Part 2 -------------------------------------------------------------------------------------------------
@@ -94,19 +98,19 @@ def _ranks(rank, world_size, layout):
     return (rank,) * context_parallel.check_layout(layout)
 
 
-_PAIR_MISTAKES = [  # (keyword arguments of seen_pairs that replay it, what to tell the student)
-    (dict(diagonal_masked=False), "a diagonal pair is not marked diagonal: the block where a chunk meets itself "
-                                  "needs the causal mask (True)"),
-    (dict(causal=False), "the causal mask is ignored: a query chunk sees nothing of a later chunk"),
-    *[(dict(swap_mine=m, swap_theirs=t), "the zigzag halves are swapped: a shard holds chunk r first, then "
-                                         "2 * world_size - 1 - r (context_parallel.chunk_ids)")
+_PAIR_MISTAKES = [  # each bug is the keyword arguments of seen_pairs that replay it
+    Mistake(dict(diagonal_masked=False), "a diagonal pair is not marked diagonal: the block where a chunk meets "
+                                         "itself needs the causal mask (True)"),
+    Mistake(dict(causal=False), "the causal mask is ignored: a query chunk sees nothing of a later chunk"),
+    *[Mistake(dict(swap_mine=m, swap_theirs=t), "the zigzag halves are swapped: a shard holds chunk r first, "
+                                                "then 2 * world_size - 1 - r (context_parallel.chunk_ids)")
       for m, t in ((True, True), (False, True), (True, False))],
-    (dict(chunk_ids=_positions), "shard positions are compared, not global chunk numbers: chunk 1 of one shard "
-                                 "is not chunk 1 of another; compare context_parallel.chunk_ids"),
-    (dict(chunk_ids=_ranks), "ranks are compared, not chunk numbers: with the zigzag layout a rank holds two chunks "
-                             "far apart (chunk r and chunk 2 * world_size - 1 - r), so the rank that sent a block "
-                             "does not say which of its chunks come before a query chunk; compare the global chunk "
-                             "numbers of context_parallel.chunk_ids, pair by pair"),
+    Mistake(dict(chunk_ids=_positions), "shard positions are compared, not global chunk numbers: chunk 1 of one "
+                                        "shard is not chunk 1 of another; compare context_parallel.chunk_ids"),
+    Mistake(dict(chunk_ids=_ranks), "ranks are compared, not chunk numbers: with the zigzag layout a rank holds two "
+                                    "chunks far apart (chunk r and chunk 2 * world_size - 1 - r), so the rank that "
+                                    "sent a block does not say which of its chunks come before a query chunk; "
+                                    "compare the global chunk numbers of context_parallel.chunk_ids, pair by pair"),
 ]
 
 
@@ -151,12 +155,12 @@ def check_block_pairs():
                         if got == expected:
                             continue
                         args = dict(layout=layout, rank=rank, source=source, world_size=world_size, causal=causal)
-                        cause = next((text for kw, text in _PAIR_MISTAKES
-                                      if seen_pairs(**{**args, **kw}) == got), None)
+                        cause = next((mistake.cause for mistake in _PAIR_MISTAKES
+                                      if seen_pairs(**{**args, **mistake.bug}) == got), None)
                         raise Stop(fail(MODULE, 2, "the wrong pairs", where=f"{where}: got {got}, expected "
                                         f"{expected}", cause=cause, compare=_PAIRS_COMPARE))
-    return Verdict(True, what(MODULE, 2), f"right pairs in all {cases} cases (both layouts, 1 to 4 ranks, "
-                                           "causal and not)")
+    return Verdict(True, what_of(MODULE, 2), f"right pairs in all {cases} cases (both layouts, 1 to 4 ranks, "
+                                              "causal and not)")
 
 
 # --- Part 3 -------------------------------------------------------------------------------------------------
@@ -170,26 +174,27 @@ def attention64(s, v):
     return p @ v, lse
 
 
-# (O the mistake gives, what to tell the student): the mistakes of the merged O, whatever the merged LSE is
+# The mistakes of the merged O, whatever the merged LSE is: each bug gives the O the mistake gives
 _MERGE_O_MISTAKES = [
-    (lambda o, l, ob, lb: (o + ob) / 2,
-     "the outputs are averaged: weigh each by exp(its lse - the merged lse), its share of the row's sum"),
-    (lambda o, l, ob, lb: torch.where(torch.isneginf(l)[:, None], ob, (o + ob) / 2),
-     "the outputs are averaged where both parts saw keys: weigh each by exp(its lse - the merged lse), its "
-     "share of the row's sum"),
-    (lambda o, l, ob, lb: o + ob,
-     "the outputs are added without weights: each part's O is already normalised over its own keys, so each "
-     "must be weighed by exp(its lse - the merged lse), its share of the row's sum, before adding"),
-    (lambda o, l, ob, lb: o * torch.exp(l)[:, None] + ob * torch.exp(lb)[:, None],
-     "each output is weighed by exp(lse) but not divided by the row's total: the weights must sum to 1"),
+    Mistake(lambda o, l, ob, lb: (o + ob) / 2,
+            "the outputs are averaged: weigh each by exp(its lse - the merged lse), its share of the row's sum"),
+    Mistake(lambda o, l, ob, lb: torch.where(torch.isneginf(l)[:, None], ob, (o + ob) / 2),
+            "the outputs are averaged where both parts saw keys: weigh each by exp(its lse - the merged lse), its "
+            "share of the row's sum"),
+    Mistake(lambda o, l, ob, lb: o + ob,
+            "the outputs are added without weights: each part's O is already normalised over its own keys, so each "
+            "must be weighed by exp(its lse - the merged lse), its share of the row's sum, before adding"),
+    Mistake(lambda o, l, ob, lb: o * torch.exp(l)[:, None] + ob * torch.exp(lb)[:, None],
+            "each output is weighed by exp(lse) but not divided by the row's total: the weights must sum to 1"),
 ]
-# (LSE the mistake gives, what to tell the student): the mistakes of the merged LSE
+# The mistakes of the merged LSE: each bug gives the LSE the mistake gives
 _MERGE_LSE_MISTAKES = [
-    (lambda l, lb: torch.maximum(l, lb), "the merged lse is the larger one: it is the log of the sum of both "
-                                         "parts' sums (logaddexp)"),
-    (lambda l, lb: l + lb, "the two lse are added: the merged lse is the log of the sum of both parts' sums "
-                           "(logaddexp), not of their product"),
-    (lambda l, lb: l, "the running lse is kept: the merged lse must count the new block's keys too (logaddexp)"),
+    Mistake(lambda l, lb: torch.maximum(l, lb), "the merged lse is the larger one: it is the log of the sum of both "
+                                                "parts' sums (logaddexp)"),
+    Mistake(lambda l, lb: l + lb, "the two lse are added: the merged lse is the log of the sum of both parts' sums "
+                                  "(logaddexp), not of their product"),
+    Mistake(lambda l, lb: l, "the running lse is kept: the merged lse must count the new block's keys too "
+                             "(logaddexp)"),
 ]
 _MERGE_COMPARE = ("for the row named under where, each part's weight, exp(its lse - the merged lse) (print both, "
                   "they sum to 1), and the merged lse, the log of the sum of both parts' sums, with yours")
@@ -221,8 +226,8 @@ def check_merge_blocks():
         and (torch.isneginf(want_lse[r]) == torch.isneginf(lse[r]).item())
         and (torch.isneginf(want_lse[r]) or abs(lse[r].item() - want_lse[r].item()) < 1e-5))]
     if not bad_rows:
-        return Verdict(True, what(MODULE, 3), "rows over two blocks, rows that saw only one, and a row that saw "
-                                              "none yet (-inf) all merge right")
+        return Verdict(True, what_of(MODULE, 3), "rows over two blocks, rows that saw only one, and a row that saw "
+                                                 "none yet (-inf) all merge right")
     row = bad_rows[0]
     kind = {0: "a row that has seen no key in either part (both lse -inf)",
             1: "a row whose running part saw nothing yet (its lse -inf)",
@@ -235,9 +240,11 @@ def check_merge_blocks():
     if o[row].isnan().any():
         cause = "NaN where an lse is -inf: guard the weights (exp(-inf - (-inf)) is NaN)"
     elif not o_right:
-        cause = next((text for f, text in _MERGE_O_MISTAKES if same(f(o_a, lse_a, o_b, lse_b), o)), None)
+        cause = next((mistake.cause for mistake in _MERGE_O_MISTAKES
+                      if same(mistake.bug(o_a, lse_a, o_b, lse_b), o)), None)
     else:
-        cause = next((text for f, text in _MERGE_LSE_MISTAKES if same(f(lse_a, lse_b), lse)), None)
+        cause = next((mistake.cause for mistake in _MERGE_LSE_MISTAKES if same(mistake.bug(lse_a, lse_b), lse)),
+                     None)
     raise Stop(fail(MODULE, 3, "the merged (O, LSE) differs from attention over both blocks at once",
                     where=f"row {row}, {kind}: O {_short(o[row])} expected {_short(want_o[row])}; lse "
                           f"{lse[row].item():.4g} expected {want_lse[row].item():.4g}", cause=cause,
@@ -262,9 +269,9 @@ def _failing_part(part_verdicts) -> Verdict | None:
     """The first part whose own check fails, as the whole ring's verdict: the ring runs every part at every step."""
     for v in part_verdicts:
         if not v.ok:
-            part = next((p for p, name in PARTS[MODULE].items() if v.what == what(MODULE, p)), None)
+            part = next((p for p, name in PARTS[MODULE].items() if v.what == what_of(MODULE, p)), None)
             return dataclasses.replace(
-                v, what=what(MODULE, part) if part else v.what,
+                v, what=what_of(MODULE, part) if part else v.what,
                 message=f"not run yet: Part {part} fails its own check, and the ring runs it at every step: "
                         f"{v.message}" if part else v.message)
     return None
@@ -298,5 +305,5 @@ def check_ring_attention(part_verdicts=None):
                                 where=f"{world_size} ranks, layout={case['layout']!r}, causal={case['causal']}: "
                                       f"max error {(o.double() - ref).abs().max().item():.2e}",
                                 compare=_RING_COMPARE))
-    return Verdict(True, what(MODULE), "ring_attention on 2 and 3 gloo processes, both layouts, causal and not, "
-                                       "matches the reference")
+    return Verdict(True, what_of(MODULE), "ring_attention on 2 and 3 gloo processes, both layouts, causal and not, "
+                                          "matches the reference")

@@ -13,8 +13,8 @@ import torch
 
 from gqa_flash.course import api, testing
 from gqa_flash.course.lab.checks.cases import run_torch
-from gqa_flash.course.lab.checks.verdict import (
-    Stop, Verdict, fail, first_cause, fmt, load, matches, prints_verdict, shape_problem, tol, what,
+from gqa_flash.course.lab.checks.common import (
+    Mistake, Stop, Verdict, fail, first_cause, fmt, load, matches, prints_verdict, shape_problem, tol, what_of,
 )
 from gqa_flash.reference import reference_softmax
 
@@ -107,7 +107,7 @@ def check_block_state():
         _state_mismatch(1, name, (m, l), (m_ref, l_ref), _block_state_cause(x, m_ref, l_ref),
                         compare="for the row named under where, its maximum and the sum of exp(x - m) over the "
                                 "last dimension, by hand, with your m and l")
-    return Verdict(True, what("online_softmax", 1),
+    return Verdict(True, what_of("online_softmax", 1),
                    "(m, l) match the float64 reference, huge and fully masked rows included")
 
 
@@ -147,18 +147,18 @@ def _merge64(m_a, l_a, m_b, l_b, how="right"):
     return m, l_a * torch.exp(m_a - m0) + l_b * torch.exp(m_b - m0)
 
 
-_MERGE_MISTAKES = [
-    ("no_rescale", ("the sums are added without rescaling: l equals l_a + l_b, but l_a was taken against m_a "
-                    "and l_b against m_b, so their terms are on different scales",
-                    "bring each sum to the common max m before adding: l_x times exp(m_x - m), for x = a and b")),
-    ("inverted", ("the rescale is inverted: l_a is multiplied by exp(m - m_a) (>= 1), which grows it",
-                  "exp(m_a - m) (<= 1) shrinks l_a to the new maximum")),
-    ("nan_empty", ("two empty parts (m = -inf on both sides) give NaN: exp(-inf - (-inf)) is NaN",
-                   "subtract 0 where the new maximum is -inf")),
-    ("only_a", ("only l_a is rescaled: l_b is added as it is, but it was taken against m_b, not against the "
-                "common max m", "bring both sums to m before adding: l_b times exp(m_b - m) too")),
-    ("only_b", ("only l_b is rescaled: l_a is added as it is, but it was taken against m_a, not against the "
-                "common max m", "bring both sums to m before adding: l_a times exp(m_a - m) too")),
+_MERGE_MISTAKES = [  # each bug is the `how` of _merge64 that replays it
+    Mistake("no_rescale", "the sums are added without rescaling: l equals l_a + l_b, but l_a was taken against m_a "
+                          "and l_b against m_b, so their terms are on different scales",
+            "bring each sum to the common max m before adding: l_x times exp(m_x - m), for x = a and b"),
+    Mistake("inverted", "the rescale is inverted: l_a is multiplied by exp(m - m_a) (>= 1), which grows it",
+            "exp(m_a - m) (<= 1) shrinks l_a to the new maximum"),
+    Mistake("nan_empty", "two empty parts (m = -inf on both sides) give NaN: exp(-inf - (-inf)) is NaN",
+            "subtract 0 where the new maximum is -inf"),
+    Mistake("only_a", "only l_a is rescaled: l_b is added as it is, but it was taken against m_b, not against the "
+                      "common max m", "bring both sums to m before adding: l_b times exp(m_b - m) too"),
+    Mistake("only_b", "only l_b is rescaled: l_a is added as it is, but it was taken against m_a, not against the "
+                      "common max m", "bring both sums to m before adding: l_a times exp(m_a - m) too"),
 ]
 _MERGE_COMPARE = ("for the row named under where, each sum brought to the common max by hand (l_a times "
                   "exp(m_a - m), l_b times exp(m_b - m)) with what your code adds; then an empty side (m = -inf, "
@@ -176,11 +176,13 @@ def check_merge_states():
             if label == "m":
                 return ("m is not the larger of the two maxima",
                         "m is the elementwise maximum of the two (torch.maximum), not either one alone")
-            return first_cause(got, [(text, _merge64(*state, how)[1]) for how, text in _MERGE_MISTAKES],
-                               **_STATE_TOL)
+            found = first_cause(got, [(mistake, _merge64(*state, mistake.bug)[1]) for mistake in _MERGE_MISTAKES],
+                                **_STATE_TOL)
+            return (found.cause, found.hint) if found else None
 
         _state_mismatch(2, name, (m, l), _merge64(*state), cause, compare=_MERGE_COMPARE)
-    return Verdict(True, what("online_softmax", 2), "merged states match the float64 reference, empty parts included")
+    return Verdict(True, what_of("online_softmax", 2),
+                   "merged states match the float64 reference, empty parts included")
 
 
 # --- Part 3 ------------------------------------------------------------------
@@ -226,47 +228,51 @@ def _online_cause(out, x, block):
     for part, check in ((1, check_block_state), (2, check_merge_states)):
         verdict = check.verdict()
         if not verdict.ok:
-            return part, f"{what('online_softmax', part)} fails its own check: {verdict.cause or verdict.message}", \
+            return part, f"{what_of('online_softmax', part)} fails its own check: {verdict.cause or verdict.message}", \
                 verdict.hint or f"run Part {part}'s check and fix it first"
     x64, n = x.to(torch.float64), x.shape[-1]
     cols = torch.arange(n)
     tail = (n // block) * block if n % block else n - block
     m_row, l_row = _state64(x64)
     m_last, l_unscaled = _blockwise(x64, block)
-    variants = [(("only the last block's state is used: the running (m, l) is replaced by each block's, "
-                  "not merged with it", "merge every block's state into the running (m, l) with merge_states"),
-                 lambda: _softmax_reading(x64, cols >= tail)),
-                (("the blocks' states are merged without the rescale: l ends as the sum of every block's l, each "
-                  "taken against its own block's max, not against the row's max",
-                  "fold each block in with merge_states (Part 2), which brings both sums to the common max "
-                  "before adding them"),
-                 lambda: _normalised(x64, m_row, l_unscaled)),
-                (("the blocks' sums are added without the rescale, and m is the last block's max: the running "
-                  "(m, l) is not merged, only its sums are added",
-                  "fold each block in with merge_states (Part 2): it keeps the larger max and rescales both sums"),
-                 lambda: _normalised(x64, m_last, l_unscaled)),
-                (("pass 2 normalises with the last block's max, not the row's: l was summed against the row's "
-                  "max m, and exp(x - m) must use that same m",
-                  "in pass 2 use the running m that pass 1 ends with, the max of the whole row, not a variable "
-                  "left over from the loop"),
-                 lambda: _normalised(x64, m_last, l_row))]
+    # Each bug is a function that replays the mistake's softmax in float64.
+    mistakes = [Mistake(lambda: _softmax_reading(x64, cols >= tail),
+                        "only the last block's state is used: the running (m, l) is replaced by each block's, not "
+                        "merged with it", "merge every block's state into the running (m, l) with merge_states"),
+                Mistake(lambda: _normalised(x64, m_row, l_unscaled),
+                        "the blocks' states are merged without the rescale: l ends as the sum of every block's l, "
+                        "each taken against its own block's max, not against the row's max",
+                        "fold each block in with merge_states (Part 2), which brings both sums to the common max "
+                        "before adding them"),
+                Mistake(lambda: _normalised(x64, m_last, l_unscaled),
+                        "the blocks' sums are added without the rescale, and m is the last block's max: the running "
+                        "(m, l) is not merged, only its sums are added",
+                        "fold each block in with merge_states (Part 2): it keeps the larger max and rescales both "
+                        "sums"),
+                Mistake(lambda: _normalised(x64, m_last, l_row),
+                        "pass 2 normalises with the last block's max, not the row's: l was summed against the row's "
+                        "max m, and exp(x - m) must use that same m",
+                        "in pass 2 use the running m that pass 1 ends with, the max of the whole row, not a variable "
+                        "left over from the loop")]
     if tail > 0 and n % block:
-        variants.append((("the last, shorter block is skipped: its columns are never read",
-                          "loop with range(0, n, block_size): the last block may be shorter"),
-                         lambda: _softmax_reading(x64, cols < tail)))
+        mistakes.append(Mistake(lambda: _softmax_reading(x64, cols < tail),
+                                "the last, shorter block is skipped: its columns are never read",
+                                "loop with range(0, n, block_size): the last block may be shorter"))
     for short in range(1, min(block, n - 1) + 1):
         unread = f"the last column ({n - 1})" if short == 1 else f"the last {short} columns ({n - short}-{n - 1})"
         verb = "is" if short == 1 else "are"
-        variants.append(((f"{unread} of the row {verb} never read: the first pass stops before the row's end",
-                          "the loop must start a block at every multiple of block_size below n, the row's length"),
-                         lambda short=short: _softmax_reading(x64, cols < n - short)))
+        mistakes.append(Mistake(lambda short=short: _softmax_reading(x64, cols < n - short),
+                                f"{unread} of the row {verb} never read: the first pass stops before the row's end",
+                                "the loop must start a block at every multiple of block_size below n, the row's "
+                                "length"))
     if block > 1:
-        variants.append(((f"each block misses its last column (columns {block - 1}, {2 * block - 1}, ... are "
-                          "never read): a block's slice is one column short",
-                          "a block is the block_size columns from its start: x32[..., start:start + block_size]"),
-                         lambda: _softmax_reading(x64, (cols % block != block - 1) | (cols >= n // block * block))))
-    found = first_cause(out, variants, **tol(x.dtype))
-    return (3, *found) if found else (3, None, None)
+        one_short = (cols % block != block - 1) | (cols >= n // block * block)  # the columns such a walk reads
+        mistakes.append(Mistake(lambda: _softmax_reading(x64, one_short),
+                                f"each block misses its last column (columns {block - 1}, {2 * block - 1}, ... are "
+                                "never read): a block's slice is one column short",
+                                "a block is the block_size columns from its start: x32[..., start:start + block_size]"))
+    found = first_cause(out, [(mistake, mistake.bug) for mistake in mistakes], **tol(x.dtype))
+    return (3, found.cause, found.hint) if found else (3, None, None)
 
 
 _ONLINE_COMPARE = ("for the row named under where, the (m, l) your first pass ends with (print them) with "
@@ -295,5 +301,5 @@ def check_online_softmax():
                         where=f"case \"{name}\": row {problem.index[0]}, column {problem.index[1]}: "
                               f"got {fmt(problem.got)}, expected {fmt(problem.expected)}",
                         cause=cause, hint=hint, compare=_ONLINE_COMPARE))
-    return Verdict(True, what("online_softmax", 3),
+    return Verdict(True, what_of("online_softmax", 3),
                    "matches the float64 softmax for every block size, masked blocks and fp16 included")

@@ -19,7 +19,9 @@ from __future__ import annotations
 import itertools
 import numbers
 
-from gqa_flash.course.lab.checks.verdict import Stop, Verdict, fail, load, prints_verdict, run_student, what
+from gqa_flash.course.lab.checks.common import (
+    Mistake, Stop, Verdict, fail, load, prints_verdict, run_student, what_of,
+)
 
 MODULE = "traffic"
 
@@ -41,26 +43,32 @@ _KEYS = {
 }
 _NOT_NEIGHBOURS = ("the query heads of one KV head are not neighbours: KV head j's heads are j * group_size "
                    "up to j * group_size + group_size - 1, one after another")
-_ORDER_MISTAKES = {
+_ORDER_MISTAKES = {  # each bug is the sort key of the order the mistake gives
     "group_major": [
-        (lambda h, b, g, k: (h, -b), "the two orders are swapped: this is head_major (query head outermost); "
-                                     "group_major puts the query blocks outermost"),
-        (lambda h, b, g, k: (b, h), "heaviest-first is missing: the query blocks must count down from "
-                                    "n_q_blocks - 1 (the last block sees the most keys and should start first)"),
-        (lambda h, b, g, k: (h // g, -b, h % g), "the KV head is the outermost loop: in group_major the query "
-                                                 "block is, so that the heaviest tiles of every head start first"),
-        (lambda h, b, g, k: (-b, h % k, h // k), _NOT_NEIGHBOURS + " (% for //: this order gives KV head j "
-                                                                   "the heads j, j + n_kv_heads, ...)"),
-        (lambda h, b, g, k: (-b, h % g, h // g), _NOT_NEIGHBOURS + " (this order takes one head of each KV "
-                                                                   "head in turn)"),
+        Mistake(lambda h, b, g, k: (h, -b),
+                "the two orders are swapped: this is head_major (query head outermost); "
+                "group_major puts the query blocks outermost"),
+        Mistake(lambda h, b, g, k: (b, h),
+                "heaviest-first is missing: the query blocks must count down from "
+                "n_q_blocks - 1 (the last block sees the most keys and should start first)"),
+        Mistake(lambda h, b, g, k: (h // g, -b, h % g),
+                "the KV head is the outermost loop: in group_major the query "
+                "block is, so that the heaviest tiles of every head start first"),
+        Mistake(lambda h, b, g, k: (-b, h % k, h // k),
+                _NOT_NEIGHBOURS + " (% for //: this order gives KV head j the heads j, j + n_kv_heads, ...)"),
+        Mistake(lambda h, b, g, k: (-b, h % g, h // g),
+                _NOT_NEIGHBOURS + " (this order takes one head of each KV head in turn)"),
     ],
     "head_major": [
-        (lambda h, b, g, k: (-b, h), "the two orders are swapped: this is group_major (query block outermost); "
-                                     "head_major puts the query heads outermost"),
-        (lambda h, b, g, k: (h, b), "heaviest-first is missing: within each head the query blocks must count "
-                                    "down from n_q_blocks - 1"),
-        (lambda h, b, g, k: (b, h), "the loops are the wrong way round and heaviest-first is missing: the "
-                                    "query head is the outer loop, and its blocks count down from n_q_blocks - 1"),
+        Mistake(lambda h, b, g, k: (-b, h),
+                "the two orders are swapped: this is group_major (query block outermost); "
+                "head_major puts the query heads outermost"),
+        Mistake(lambda h, b, g, k: (h, b),
+                "heaviest-first is missing: within each head the query blocks must count "
+                "down from n_q_blocks - 1"),
+        Mistake(lambda h, b, g, k: (b, h),
+                "the loops are the wrong way round and heaviest-first is missing: the "
+                "query head is the outer loop, and its blocks count down from n_q_blocks - 1"),
     ],
 }
 
@@ -105,9 +113,9 @@ def _order_cause(got, order, n_q_heads, n_kv_heads, n_q_blocks):
             return f"{extra[0]} is not a program of this launch (query heads 0..{n_q_heads - 1}, blocks " \
                    f"0..{n_q_blocks - 1})"
         return f"a program is missing, e.g. {missing[0]}: every (q_head, q_block) exactly once"
-    for key, text in _ORDER_MISTAKES[order]:
-        if got == _sorted_programs(n_q_heads, n_kv_heads, n_q_blocks, key):
-            return text
+    for mistake in _ORDER_MISTAKES[order]:
+        if got == _sorted_programs(n_q_heads, n_kv_heads, n_q_blocks, mistake.bug):
+            return mistake.cause
     return None
 
 
@@ -129,7 +137,7 @@ def check_launch_order():
             where = f"{label}: position {i} holds {got[i]}, expected {expected[i]}"
         raise Stop(fail(MODULE, 1, "the launch order is not the expected one", where=where,
                         cause=_order_cause(got, order, hq, hkv, nb)))
-    return Verdict(True, what(MODULE, 1), f"both orders right for {len(_ORDER_CASES)} launches (GQA, MHA, MQA)")
+    return Verdict(True, what_of(MODULE, 1), f"both orders right for {len(_ORDER_CASES)} launches (GQA, MHA, MQA)")
 
 
 # --- Part 2 -------------------------------------------------------------------------------------------------
@@ -176,28 +184,28 @@ def _replay(programs, n_q_heads, n_kv_heads, head_dim, cache_bytes, concurrent, 
     return misses * charged + q_tiles, misses
 
 
-_MODEL_MISTAKES = [  # (the switch of _replay that replays it, what to tell the student)
-    (dict(q_counted=False), "Q is not counted: every program also reads its own Q tile, "
-                            "block_m * head_dim * elem_bytes bytes, once"),
-    (dict(kv_together=False), "a miss costs a tile of K and a tile of V: tile_bytes, not half of it"),
-    (dict(refresh=False), "a hit does not refresh its entry (that is FIFO, not LRU): a hit must make its "
-                          "entry the most recently used"),
-    (dict(victim="most_recent"), "the wrong entry is evicted: drop the least recently used one (the oldest), "
-                                 "not the newest"),
-    (dict(keep_misses=False), "a miss is not put in the cache, so nothing is ever a hit"),
-    (dict(owner="q"), "the cache is keyed by query head: the query heads of one KV head read the same K and V "
-                      "tiles, so key an entry by (q_head // group_size, key tile)"),
-    (dict(owner="none"), "the cache is keyed by the key tile alone: two KV heads hold different K and V, so "
-                         "key an entry by (KV head, key tile)"),
-    (dict(prefix="no_diagonal"), "the diagonal tiles are missing: query block b reads key tiles "
-                                 "0 .. (b + 1) * block_m // block_n - 1, its own block included"),
-    (dict(prefix="everything"), "every program reads every key tile: under the causal mask query block b "
-                                "reads only up to its own block"),
-    (dict(lockstep=False), "the programs of a wave run one after another: in the model they move in step "
-                           "(step j: every program of the wave reads its j-th tile, then step j + 1)"),
-    (dict(capacity_shift=1), "the cache holds one entry too many: evict as soon as it holds more than "
-                             "capacity entries"),
-    (dict(capacity_shift=-1), "the cache holds one entry too few: it may hold exactly capacity entries"),
+_MODEL_MISTAKES = [  # each bug is the switches of _replay that replay it
+    Mistake(dict(q_counted=False), "Q is not counted: every program also reads its own Q tile, "
+                                   "block_m * head_dim * elem_bytes bytes, once"),
+    Mistake(dict(kv_together=False), "a miss costs a tile of K and a tile of V: tile_bytes, not half of it"),
+    Mistake(dict(refresh=False), "a hit does not refresh its entry (that is FIFO, not LRU): a hit must make its "
+                                 "entry the most recently used"),
+    Mistake(dict(victim="most_recent"), "the wrong entry is evicted: drop the least recently used one (the oldest), "
+                                        "not the newest"),
+    Mistake(dict(keep_misses=False), "a miss is not put in the cache, so nothing is ever a hit"),
+    Mistake(dict(owner="q"), "the cache is keyed by query head: the query heads of one KV head read the same K and V "
+                             "tiles, so key an entry by (q_head // group_size, key tile)"),
+    Mistake(dict(owner="none"), "the cache is keyed by the key tile alone: two KV heads hold different K and V, so "
+                                "key an entry by (KV head, key tile)"),
+    Mistake(dict(prefix="no_diagonal"), "the diagonal tiles are missing: query block b reads key tiles "
+                                        "0 .. (b + 1) * block_m // block_n - 1, its own block included"),
+    Mistake(dict(prefix="everything"), "every program reads every key tile: under the causal mask query block b "
+                                       "reads only up to its own block"),
+    Mistake(dict(lockstep=False), "the programs of a wave run one after another: in the model they move in step "
+                                  "(step j: every program of the wave reads its j-th tile, then step j + 1)"),
+    Mistake(dict(capacity_shift=1), "the cache holds one entry too many: evict as soon as it holds more than "
+                                    "capacity entries"),
+    Mistake(dict(capacity_shift=-1), "the cache holds one entry too few: it may hold exactly capacity entries"),
 ]
 
 
@@ -242,9 +250,9 @@ def check_traffic_model():
         tile = 2 * kwargs["block_n"] * d * kwargs["elem_bytes"]
         where = (f'case "{name}": got {out} bytes, expected {expected} '
                  f"({misses} misses of {tile} bytes, plus {q_bytes} bytes of Q)")
-        cause = next((text for switch, text in _MODEL_MISTAKES
-                      if _replay(programs, hq, hkv, d, **kwargs, **switch)[0] == out), None)
+        cause = next((mistake.cause for mistake in _MODEL_MISTAKES
+                      if _replay(programs, hq, hkv, d, **kwargs, **mistake.bug)[0] == out), None)
         raise Stop(fail(MODULE, 2, "the DRAM bytes differ from the check's own replay of the model",
                         where=where, cause=cause))
-    return Verdict(True, what(MODULE, 2), f"the DRAM bytes match the check's replay of the model in "
-                                          f"{len(_MODEL_CASES)} launches (LRU, waves in step, GQA sharing)")
+    return Verdict(True, what_of(MODULE, 2), f"the DRAM bytes match the check's replay of the model in "
+                                             f"{len(_MODEL_CASES)} launches (LRU, waves in step, GQA sharing)")

@@ -44,7 +44,7 @@ BONUS = layout.BONUS_MODULES
 # carry the kernel's source, not a line of your file).
 KERNEL_PARTS = {
     "forward": {name: part for part, name in PARTS["forward"].items()},
-    "backward": {"_backward_preprocess": 1, "_backward_dkdv": 2, "_group_query_head": 3, "_backward_dq": 4},
+    "backward": {"backward_preprocess": 1, "backward_dkdv": 2, "group_query_head": 3, "backward_dq": 4},
     "decode": {name: part for part, name in PARTS["decode"].items()},
 }
 
@@ -174,8 +174,8 @@ def explain() -> None:
         print("    the last check passed: there is nothing to explain")
 
 
-def what(module: str, part=None) -> str:
-    """``naive.py``, ``tiled.py Parts 1-5`` or ``naive.py Part 1 (GQA head mapping)``."""
+def what_of(module: str, part=None) -> str:
+    """A verdict's ``what``: ``naive.py``, ``tiled.py Parts 1-5`` or ``naive.py Part 1 (GQA head mapping)``."""
     if part is None:
         return f"{module}.py"
     if isinstance(part, tuple):
@@ -184,7 +184,7 @@ def what(module: str, part=None) -> str:
 
 
 def fail(module, part, message, **kw) -> Verdict:
-    return Verdict(False, what(module, part), message, **kw)
+    return Verdict(False, what_of(module, part), message, **kw)
 
 
 class Stop(Exception):
@@ -195,10 +195,10 @@ class Stop(Exception):
         self.verdict = verdict
 
 
-def verdict_of(check, *args, **kwargs) -> Verdict:
+def verdict_of(body, *args, **kwargs) -> Verdict:
     """Run a check body; whatever happens, come back with a Verdict."""
     try:
-        return check(*args, **kwargs)
+        return body(*args, **kwargs)
     except Stop as stop:
         return stop.verdict
 
@@ -284,17 +284,17 @@ def _own_work(module: str):
 def _failure(module: str, e: Exception, part) -> Stop:
     """A crash as a verdict: Triton's usual errors in words (triton_error), any other as raised."""
     p, line = _part_from_traceback(module, e)
-    line = line or compile_error_line(_file_of(module), e)
+    line = line or compile_error_line(file_of(module), e)
     p = p or _part_of_compile_error(module, e) or part
     where = f"{rel(module)}, line {line}" if line else None
-    known = triton_error(e, source_line(_file_of(module), e, line))
+    known = triton_error(e, source_line(file_of(module), e, line))
     if known is not None:
         message, cause, hint = known
         return Stop(fail(module, p, message, where=where, cause=cause, hint=hint))
     return Stop(fail(module, p, f"your code raised {describe_exception(e)}", where=where))
 
 
-def _file_of(module: str) -> Path:
+def file_of(module: str) -> Path:
     """The file of the module the checks run (impl.load's: a file of its own for a mutant in the tests)."""
     try:
         return Path(getattr(impl.load(module), "__file__", None) or impl.path_of(module)).resolve()
@@ -302,7 +302,7 @@ def _file_of(module: str) -> Path:
         return impl.path_of(module).resolve()
 
 
-def _part_regions(path: Path) -> list[tuple[int, int, int]]:
+def part_regions(path: Path) -> list[tuple[int, int, int]]:
     """(first line, last line, part) of every STUDENT IMPLEMENTATION banner in a file."""
     regions, start, part = [], None, None
     try:
@@ -322,7 +322,7 @@ def _part_regions(path: Path) -> list[tuple[int, int, int]]:
 def part_code(module: str, part: int) -> str:
     """The code of ``part`` in the file the checks run, comments left out: what a diagnosis may look for
     before it names an operator (never blame a ``%`` the part does not hold)."""
-    path = _file_of(module)
+    path = file_of(module)
     try:
         text = path.read_text()
         comments = [tok.start for tok in tokenize.generate_tokens(io.StringIO(text).readline)
@@ -332,13 +332,13 @@ def part_code(module: str, part: int) -> str:
     lines = text.splitlines()
     for row, col in comments:
         lines[row - 1] = lines[row - 1][:col]
-    return "\n".join(line.rstrip() for first, last, p in _part_regions(path) if p == part
+    return "\n".join(line.rstrip() for first, last, p in part_regions(path) if p == part
                      for line in lines[first - 1:last] if line.strip())
 
 
 def _part_from_traceback(module: str, exc: BaseException):
     """The part whose banner holds the deepest line of ``module``'s file in the traceback."""
-    path = _file_of(module)
+    path = file_of(module)
     line = None
     chain, e = [], exc
     while e is not None and e not in chain:  # the interpreter re-raises: look through the causes
@@ -355,7 +355,7 @@ def _part_from_traceback(module: str, exc: BaseException):
             tb = tb.tb_next
     if line is None:
         return None, None
-    for first, last, part in _part_regions(path):
+    for first, last, part in part_regions(path):
         if first <= line <= last:
             return part, line
     return None, line
@@ -440,8 +440,24 @@ def matches(out, candidate, atol, rtol) -> bool:
     return bool((_close(got, exp, atol, rtol) | (torch.isnan(got) & torch.isnan(exp))).all())
 
 
+@dataclass(frozen=True)
+class Mistake:
+    """One of the usual mistakes a check replays, and what a check tells of it when an answer matches.
+
+    ``bug`` is how the check replays it: a name its float64 model switches on, keyword arguments of that
+    model, or a function that gives the mistake's answer. ``cause`` is the mistake in words (step two),
+    ``hint`` its fix (None: none of its own), and ``part`` the part it is made in, where one check covers
+    several parts.
+    """
+
+    bug: object
+    cause: str
+    hint: str | None = None
+    part: int | None = None
+
+
 def first_cause(out, variants, atol, rtol):
-    """The description of the first known mistake whose output ``out`` matches.
+    """The description (a :class:`Mistake`) of the first known mistake whose output ``out`` matches.
 
     ``variants`` holds (description, output) pairs; an output may be a function
     that computes it (called only if needed), or a tuple of tensors.
@@ -456,9 +472,9 @@ def first_cause(out, variants, atol, rtol):
     return None
 
 
-def shape_problem(out, ref_shape, what="the output"):
+def shape_problem(out, ref_shape, name="the output"):
     if not isinstance(out, torch.Tensor):
-        return f"{what} should be a tensor, got {type(out).__name__}"
+        return f"{name} should be a tensor, got {type(out).__name__}"
     if tuple(out.shape) != tuple(ref_shape):
-        return f"{what} has shape {list(out.shape)}; expected {list(ref_shape)}"
+        return f"{name} has shape {list(out.shape)}; expected {list(ref_shape)}"
     return None
