@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # gqa_flash/, above this course/ folder
-COURSE_DIR = PACKAGE_DIR.parent  # the repository's top (notebooks/, tests/, solutions/), not gqa_flash/course/
+COURSE_DIR = PACKAGE_DIR.parent  # the repository's top (notebooks/, tests/, ...), not gqa_flash/course/
 NOTEBOOKS_DIR = COURSE_DIR / "notebooks"
 DATA_DIR = NOTEBOOKS_DIR / "data"
 TESTS_DIR = COURSE_DIR / "tests"

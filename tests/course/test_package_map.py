@@ -125,3 +125,13 @@ def test_each_solutions_part_table_names_the_registrys_parts():
         for part, title in info.parts.items():
             if title.isidentifier() and "_" in title and rows:  # a function's name, not "dQ"
                 assert rows.get(part) == title, (module, part, title, rows.get(part))
+
+
+def test_only_the_switch_names_the_completed_files():
+    """Where the completed graded files live is the implementation switch's to know (gqa_flash/course/impl.py);
+    every other module asks it (impl.completed_dir, impl.SOLUTIONS_DIR). The integrity guard and the submission
+    review name the folder too, as one of the routes to the answers they refuse."""
+    allowed = {"course/impl.py", "course/integrity.py", "course/grader/submission.py"}
+    naming = sorted(p.relative_to(layout.PACKAGE_DIR).as_posix() for p in layout.PACKAGE_DIR.rglob("*.py")
+                    if "solutions" in p.read_text())
+    assert set(naming) <= allowed, f"these name solutions/ themselves; ask impl: {sorted(set(naming) - allowed)}"
