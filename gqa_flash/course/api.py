@@ -70,15 +70,18 @@ def tiled_attention(q, k, v, causal=True, sm_scale=None, block_m=64, block_n=64,
     )
 
 
-def _launch_forward(launcher, q, k, v, causal, sm_scale, return_lse):
-    """Checks shared by the forward kernels, then ``launcher`` (a module's forward function)."""
+def _launch_forward(launcher, q, k, v, causal, sm_scale, return_lse, **windows):
+    """Checks shared by the forward kernels, then ``launcher`` (a module's forward function); ``windows``: the
+    fast kernel's window, sink_tokens and sinks, passed on only where one is in use."""
     validation.check_attention_inputs(q, k, v, causal)
     validation.check_bool("return_lse", return_lse)
     validation.check_kernel_inputs(q, k, v)
+    if windows and not validation.check_window_options(q, causal, **windows):
+        windows = {}
     sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
     if _is_empty(q):
         return _empty_result(q, return_lse)
-    return launcher(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
+    return launcher(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse, **windows)
 
 
 def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
@@ -86,12 +89,15 @@ def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=Fals
     return _launch_forward(impl.load("forward").flash_attention_forward, q, k, v, causal, sm_scale, return_lse)
 
 
-def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
+def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, *, window=None, sink_tokens=0,
+                           sinks=None):
     """The course's fastest forward kernel (``fast/forward.py``, not graded): same contract as
-    :func:`flash_attention_forward`."""
+    :func:`flash_attention_forward`, plus a sliding ``window``, ``sink_tokens`` and learned ``sinks`` (causal
+    only; as in :func:`gqa_flash.reference.reference_attention`, whose LSE also counts the sinks)."""
     from gqa_flash import fast
 
-    return _launch_forward(fast.fast_attention_forward, q, k, v, causal, sm_scale, return_lse)
+    return _launch_forward(fast.fast_attention_forward, q, k, v, causal, sm_scale, return_lse, window=window,
+                           sink_tokens=sink_tokens, sinks=sinks)
 
 
 class FlashAttentionFunction(torch.autograd.Function):
@@ -99,49 +105,83 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     The forward saves O and the LSE (O(N) extra memory); the backward
     recomputes the attention probabilities from them, tile by tile.
+
+    A sliding window or sinks (``windows``: window, sink_tokens, sinks) run the fast kernels, which take them;
+    ``sinks`` is then an input of the op, and its gradient is the fast backward's dSinks.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, fast=False):
-        if fast:  # the course's fastest kernels (not graded)
-            from gqa_flash.fast import fast_attention_forward as forward
+    def forward(ctx, q, k, v, causal, sm_scale, fast=False, window=None, sink_tokens=0, sinks=None):
+        windows = dict(window=window, sink_tokens=sink_tokens, sinks=sinks)
+        if window is not None or sinks is not None:  # only the fast kernels take them
+            from gqa_flash.fast import fast_attention_forward
+
+            o, lse = fast_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True, **windows)
+            fast = True
         else:
-            forward = impl.load("forward").flash_attention_forward
-        o, lse = forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.sm_scale, ctx.fast = causal, sm_scale, fast
+            if fast:  # the course's fastest kernels (not graded)
+                from gqa_flash.fast import fast_attention_forward as forward
+            else:
+                forward = impl.load("forward").flash_attention_forward
+            o, lse = forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
+        ctx.save_for_backward(q, k, v, o, lse, sinks)
+        ctx.causal, ctx.sm_scale, ctx.fast, ctx.window, ctx.sink_tokens = causal, sm_scale, fast, window, sink_tokens
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
+        q, k, v, o, lse, sinks = ctx.saved_tensors
+        if ctx.window is not None or sinks is not None:
+            from gqa_flash.fast import fast_attention_backward
+
+            dq, dk, dv, *dsinks = fast_attention_backward(q, k, v, o, lse, do, causal=ctx.causal,
+                                                          sm_scale=ctx.sm_scale, window=ctx.window,
+                                                          sink_tokens=ctx.sink_tokens, sinks=sinks)
+            return dq, dk, dv, None, None, None, None, None, (dsinks[0] if dsinks else None)
         if ctx.fast:
             from gqa_flash.fast import fast_attention_backward as backward
         else:
             backward = impl.load("backward").flash_attention_backward
         dq, dk, dv = backward(q, k, v, o, lse, do, causal=ctx.causal, sm_scale=ctx.sm_scale)
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
-def flash_attention(q, k, v, causal=True, sm_scale=None, fast=False):
+def flash_attention(q, k, v, causal=True, sm_scale=None, fast=False, *, window=None, sink_tokens=0, sinks=None):
     """Differentiable FlashAttention with GQA: the forward kernel (``forward.py``) and the
     backward kernels (``backward.py``, bonus) as one autograd op. ``fast=True`` uses the
     course's fastest kernels instead (``gqa_flash/fast/``).
 
     It behaves like ``F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-    enable_gqa=True)``: use it in a model and call ``loss.backward()``."""
+    enable_gqa=True)``: use it in a model and call ``loss.backward()``.
+
+    Current models' options (causal only; the float64 statement is
+    :func:`gqa_flash.reference.reference_attention`):
+
+    * ``window=W``: query i sees keys i-W+1 .. i, the last W (GPT-OSS, Mistral, Gemma's local layers);
+    * ``sink_tokens=S`` (with a window): keys 0 .. S-1 stay in sight too (StreamingLLM);
+    * ``sinks``: a float tensor [Hq] of raw logits, not scaled (GPT-OSS's learned sinks): one more column in
+      each row's softmax, dropped before P @ V. Learnable: its gradient is returned.
+
+    These run the fast kernels whatever ``fast`` says: the graded kernels take no window.
+    """
     validation.check_attention_inputs(q, k, v, causal)
     validation.check_kernel_inputs(q, k, v)
+    windowed = validation.check_window_options(q, causal, window, sink_tokens, sinks)
     sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
     if _is_empty(q):
         return _empty_result(q, False)
-    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, fast)
+    if not windowed:
+        return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, fast)
+    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, True, window, sink_tokens, sinks)
 
 
-def _launch_backward(launcher, q, k, v, o, lse, do, causal, sm_scale):
-    """Check the backward's inputs once for every backward kernel, then launch it."""
+def _launch_backward(launcher, q, k, v, o, lse, do, causal, sm_scale, **windows):
+    """Check the backward's inputs once for every backward kernel, then launch it (``windows`` as in
+    ``_launch_forward``; with sinks, dSinks comes fourth)."""
     validation.check_attention_inputs(q, k, v, causal)
     validation.check_kernel_inputs(q, k, v)
+    if windows and not validation.check_window_options(q, causal, **windows):
+        windows = {}
     for name, t in (("o", o), ("do", do)):
         validation.check_tensor(name, t, ndim=4)
         if t.shape != q.shape:
@@ -151,8 +191,9 @@ def _launch_backward(launcher, q, k, v, o, lse, do, causal, sm_scale):
         raise ValueError(f"lse must be [batch, q_heads, seq] = {list(q.shape[:3])}; got {list(lse.shape)}")
     sm_scale = validation.resolve_sm_scale(sm_scale, q.shape[-1])
     if _is_empty(q):
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    return launcher(q, k, v, o, lse, do, causal=causal, sm_scale=sm_scale)
+        grads = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        return grads if windows.get("sinks") is None else (*grads, torch.zeros_like(windows["sinks"]))
+    return launcher(q, k, v, o, lse, do, causal=causal, sm_scale=sm_scale, **windows)
 
 
 def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
@@ -160,15 +201,18 @@ def flash_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
     return _launch_backward(impl.load("backward").flash_attention_backward, q, k, v, o, lse, do, causal, sm_scale)
 
 
-def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None):
+def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, *, window=None, sink_tokens=0,
+                            sinks=None):
     """dQ, dK, dV from the course's fastest backward kernel (``fast/backward.py``, not graded):
-    same contract as :func:`flash_attention_backward`. By default dQ comes from a pass of its
-    own (the same bits every run); ``gqa_flash.fast.backward.fast_attention_backward(...,
+    same contract as :func:`flash_attention_backward`; ``window``, ``sink_tokens`` and ``sinks`` as in the
+    forward that made ``o`` and ``lse``, and with ``sinks`` dSinks [Hq] comes fourth. By default dQ
+    comes from a pass of its own (the same bits every run); ``gqa_flash.fast.backward.fast_attention_backward(...,
     dq_mode="atomic")`` adds it up with atomics in one pass instead (its last bits can change
     from run to run)."""
     from gqa_flash import fast
 
-    return _launch_backward(fast.fast_attention_backward, q, k, v, o, lse, do, causal, sm_scale)
+    return _launch_backward(fast.fast_attention_backward, q, k, v, o, lse, do, causal, sm_scale, window=window,
+                            sink_tokens=sink_tokens, sinks=sinks)
 
 
 def flash_decode(q, k_cache, v_cache, cache_seqlens, block_table=None, sm_scale=None, num_splits=None,

@@ -116,6 +116,32 @@ def check_kernel_inputs(q, k, v) -> None:
     _check_runs_here(q, "q, k and v")
 
 
+def check_window_options(q, causal, window, sink_tokens, sinks) -> bool:
+    """The options of a sliding window and attention sinks (``gqa_flash.reference``): ``window`` a whole number
+    of keys >= 1 or None, ``sink_tokens`` >= 0 and only with a window, ``sinks`` None or a float tensor [Hq] on
+    q's device; both causal only. Returns whether any is in use."""
+    if window is not None and (isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1):
+        raise ValueError(f"window must be a whole number of keys >= 1, or None for no window; got {window!r}")
+    if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, numbers.Integral) or sink_tokens < 0:
+        raise ValueError(f"sink_tokens must be a whole number >= 0; got {sink_tokens!r}")
+    if sink_tokens and window is None:
+        raise ValueError(f"sink_tokens={sink_tokens} needs a window: without one every query sees the first "
+                         "keys anyway")
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
+            raise TypeError(f"sinks must be a float tensor [n_q_heads] of raw logits, or None; got "
+                            f"{type(sinks).__name__ if not isinstance(sinks, torch.Tensor) else _dtype(sinks.dtype)}")
+        if tuple(sinks.shape) != (q.shape[1],):
+            raise ValueError(f"sinks must have shape [n_q_heads] = [{q.shape[1]}] (one logit a query head); "
+                             f"got {_shape(sinks)}")
+        if sinks.device != q.device:
+            raise ValueError(f"sinks must be on q's device ({q.device}); got {sinks.device}")
+    used = window is not None or sinks is not None
+    if used and not causal:
+        raise ValueError("window and sinks need causal=True: a sliding window and a sink look back from each query")
+    return used
+
+
 def _check_runs_here(q, names: str) -> None:
     """q's device and dtype (shared by the tensors ``names``) suit the Triton kernels on this machine."""
     if runtime.DEVICE.type == "cuda":

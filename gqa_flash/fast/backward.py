@@ -82,6 +82,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from gqa_flash.course import runtime
 from gqa_flash.fast.forward import fixed_config, input_precision, remember
 from gqa_flash.fast.memory import empty_readable, readable
+from gqa_flash.fast.windows import kernel_window, seen, sink_gradient, window_key_blocks, window_query_blocks
 
 
 @triton.jit
@@ -105,19 +106,21 @@ def _delta_kernel(o_desc, do_desc, Delta, SEQ_LEN, N_HEADS, ROWS: tl.constexpr, 
 def _key_block_step(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
                     start, end, qk_scale, SEQ_LEN, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, DQ_ATOMIC: tl.constexpr,
-                    INPUT_PRECISION: tl.constexpr):
+                    INPUT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr, WINDOW, SINK_TOKENS):
     """Add the query blocks start..end of one query head into dk, dv (registers) and, with
     DQ_ATOMIC, into DQ (atomics)."""
     for m0 in tl.range(start, end, BLOCK_M):
         dk, dv = _query_block(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n, m0,
-                              qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, MASKED, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
+                              qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, MASKED, CAUSAL, DQ_ATOMIC, INPUT_PRECISION,
+                              WINDOWED, WINDOW, SINK_TOKENS)
     return dk, dv
 
 
 @triton.jit
 def _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size, N_Q_HEADS, offs_n,
                  start, n_steps, qk_scale, SEQ_LEN, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                 WINDOWED: tl.constexpr, WINDOW, SINK_TOKENS):
     """The query blocks start, start + BLOCK_M, ... (n_steps of them) of every query head of the
     group, in one loop: head after head, so the software pipeline starts once, not once a head."""
     per_head = tl.maximum(n_steps, 1)  # the loop is empty when n_steps is 0: never divide by it
@@ -127,14 +130,15 @@ def _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, 
         q_head = kv_head * group_size + h
         bh = (batch * N_Q_HEADS + q_head).to(tl.int64)
         dk, dv = _query_block(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n, m0,
-                              qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, MASKED, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
+                              qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, MASKED, CAUSAL, DQ_ATOMIC, INPUT_PRECISION,
+                              WINDOWED, WINDOW, SINK_TOKENS)
     return dk, dv
 
 
 @triton.jit
 def _query_block(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n, m0, qk_scale, SEQ_LEN,
                  HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                 DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                 DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr, WINDOW, SINK_TOKENS):
     """One query block of one query head against this program's key block."""
     offs_m = m0 + tl.arange(0, BLOCK_M)
     m_ok = offs_m < SEQ_LEN
@@ -145,10 +149,7 @@ def _query_block(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, b
     # The tile transposed, keys down the rows: dk and dv come out one row per key.
     p_t = tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale - lse2[None, :])
     if MASKED:
-        keep = offs_n[:, None] < SEQ_LEN
-        if CAUSAL:
-            keep = keep & (offs_n[:, None] <= offs_m[None, :])
-        p_t = tl.where(keep, p_t, 0.0)
+        p_t = tl.where(seen(offs_m[None, :], offs_n[:, None], SEQ_LEN, CAUSAL, WINDOWED, WINDOW, SINK_TOKENS), p_t, 0.0)
     dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=INPUT_PRECISION)
     dp_t = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
     ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
@@ -170,9 +171,10 @@ _HEAD_COUNTS = ["BATCH", "N_Q_HEADS", "N_KV_HEADS"]
 @triton.jit(do_not_specialize=_HEAD_COUNTS)
 def _fast_backward_kernel(
     q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, DQ, LSE, Delta,
-    sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
+    sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS, WINDOW, SINK_TOKENS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     DQ_ATOMIC: tl.constexpr, INPUT_PRECISION: tl.constexpr, FLAT: tl.constexpr = False,
+    WINDOWED: tl.constexpr = False,
 ):
     """dK, dV of one key block of one KV head (summed over its group), and with DQ_ATOMIC its share of dQ.
 
@@ -195,26 +197,38 @@ def _fast_backward_kernel(
     dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # log2(e)
     ragged = n0 + BLOCK_N > SEQ_LEN
+    # The query rows after the diagonal: [start, clear_end) see every key of this block, [clear_end, edge_end)
+    # only some (a window's far edge; gqa_flash/fast/windows.py). Without a window that second run is empty.
+    start = n0 + BLOCK_N if CAUSAL else 0
+    clear_end = SEQ_LEN
+    if WINDOWED:
+        clear_end, edge_end = window_query_blocks(n0, SEQ_LEN, WINDOW, SINK_TOKENS, BLOCK_M, BLOCK_N)
+    else:
+        edge_end = clear_end
 
-    if FLAT:  # the group's query heads one after another in one loop (one pipeline start), twice
+    if FLAT:  # the group's query heads one after another in one loop (one pipeline start) a run
         if CAUSAL:
             diag_end = tl.minimum(n0 + BLOCK_N, SEQ_LEN)
             dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
                                   N_Q_HEADS, offs_n, n0, tl.cdiv(diag_end - n0, BLOCK_M), qk_scale, SEQ_LEN,
-                                  HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
-            start = n0 + BLOCK_N
-        else:
-            start = 0
-        n_rest = tl.cdiv(tl.maximum(SEQ_LEN - start, 0), BLOCK_M)
-        if DQ_ATOMIC and ragged:  # keys past SEQ_LEN would reach dQ: masked (item 2 above)
+                                  HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC, INPUT_PRECISION, WINDOWED, WINDOW,
+                                  SINK_TOKENS)
+        n_clear = tl.cdiv(tl.maximum(clear_end - start, 0), BLOCK_M)
+        if DQ_ATOMIC and ragged:  # keys past SEQ_LEN would reach dQ: masked (item 2)
             dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
-                                  N_Q_HEADS, offs_n, start, n_rest, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True,
-                                  CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
+                                  N_Q_HEADS, offs_n, start, n_clear, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True,
+                                  CAUSAL, DQ_ATOMIC, INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
         else:
             dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
-                                  N_Q_HEADS, offs_n, start, n_rest, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False,
-                                  CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
-    else:  # one loop a query head: its diagonal, then the rest
+                                  N_Q_HEADS, offs_n, start, n_clear, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False,
+                                  CAUSAL, DQ_ATOMIC, INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
+        if WINDOWED:
+            edge_start = tl.maximum(clear_end, start)
+            dk, dv = _group_steps(dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, kv_head, group_size,
+                                  N_Q_HEADS, offs_n, edge_start, tl.cdiv(tl.maximum(edge_end - edge_start, 0), BLOCK_M),
+                                  qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC, INPUT_PRECISION,
+                                  WINDOWED, WINDOW, SINK_TOKENS)
+    else:  # one loop a query head and run: its diagonal, then the rest
         for h in range(0, group_size):
             q_head = kv_head * group_size + h
             bh = (batch * N_Q_HEADS + q_head).to(tl.int64)  # row of LSE, Delta and DQ
@@ -222,20 +236,22 @@ def _fast_backward_kernel(
                 dk, dv = _key_block_step(
                     dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
                     n0, tl.minimum(n0 + BLOCK_N, SEQ_LEN), qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M,
-                    True, CAUSAL, DQ_ATOMIC, INPUT_PRECISION)
-                start = n0 + BLOCK_N  # every later query sees every key of the block
-            else:
-                start = 0
-            if DQ_ATOMIC and ragged:  # keys past SEQ_LEN would reach dQ: masked everywhere
+                    True, CAUSAL, DQ_ATOMIC, INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
+            if DQ_ATOMIC and ragged:  # keys past SEQ_LEN would reach dQ: masked (item 2)
                 dk, dv = _key_block_step(
                     dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
-                    start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC,
-                    INPUT_PRECISION)
+                    start, clear_end, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, DQ_ATOMIC,
+                    INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
             else:  # no mask at all
                 dk, dv = _key_block_step(
                     dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
-                    start, SEQ_LEN, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False, CAUSAL, DQ_ATOMIC,
-                    INPUT_PRECISION)
+                    start, clear_end, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, False, CAUSAL, DQ_ATOMIC,
+                    INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
+            if WINDOWED:  # the window's far edge
+                dk, dv = _key_block_step(
+                    dk, dv, k, v, q_desc, do_desc, DQ, LSE, Delta, batch, q_head, bh, offs_n,
+                    tl.maximum(clear_end, start), edge_end, qk_scale, SEQ_LEN, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL,
+                    DQ_ATOMIC, INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
 
     dk = dk * sm_scale  # S = Q K^T * sm_scale, so dK picks up the scale once
     dk_desc.store([batch, kv_head, n0, 0], dk.to(dk_desc.dtype).reshape(1, 1, BLOCK_N, HEAD_DIM_PAD))
@@ -245,7 +261,7 @@ def _fast_backward_kernel(
 @triton.jit
 def _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_head, start, end, qk_scale, SEQ_LEN,
                    BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                   INPUT_PRECISION: tl.constexpr):
+                   INPUT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr, WINDOW, SINK_TOKENS):
     """Add the key blocks start..end (in steps of BLOCK_N) of one KV head into one query block's dq."""
     for n0 in tl.range(start, end, BLOCK_N):
         k = k_desc.load([batch, kv_head, n0, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
@@ -253,12 +269,10 @@ def _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_hea
         # The tile the other way round from _key_block_step: queries down the rows, so that dq
         # comes out one row per query. P again from the scores and the saved LSE, exactly.
         prob = tl.exp2(tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale - lse2[:, None])
-        if MASKED:
+        if MASKED:  # before the product: a hidden key's exp2 may be inf
             key = n0 + tl.arange(0, BLOCK_N)
-            seen = key[None, :] < SEQ_LEN
-            if CAUSAL:
-                seen = seen & (key[None, :] <= offs_m[:, None])
-            prob = tl.where(seen, prob, 0.0)  # before the product: a hidden key's exp2 may be inf
+            prob = tl.where(seen(offs_m[:, None], key[None, :], SEQ_LEN, CAUSAL, WINDOWED, WINDOW, SINK_TOKENS), prob,
+                            0.0)
         grad_p = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
         grad_s = prob * (grad_p - delta[:, None])
         dq = tl.dot(grad_s.to(k.dtype), k, dq, input_precision=INPUT_PRECISION)
@@ -268,9 +282,9 @@ def _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_hea
 @triton.jit(do_not_specialize=_HEAD_COUNTS)
 def _fast_dq_kernel(
     q_desc, k_desc, v_desc, do_desc, o_desc, dq_desc, LSE, Delta,
-    sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
+    sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS, WINDOW, SINK_TOKENS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr = False,
 ):
     """dQ of one block of BLOCK_M queries of one query head (``dq_mode="separate"``), and D of its rows.
 
@@ -315,10 +329,21 @@ def _fast_dq_kernel(
         last_key = SEQ_LEN
 
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
-    dq = _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_head, 0, clear_end, qk_scale,
-                        SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, INPUT_PRECISION)
+    clear_lo = 0
+    if WINDOWED:  # the forward's runs (gqa_flash/fast/windows.py): sink blocks and the window's edge, masked
+        sink_end, lo, clear_lo = window_key_blocks(m0, tl.minimum(m0 + BLOCK_M, SEQ_LEN), clear_end, WINDOW,
+                                                   SINK_TOKENS, BLOCK_N)
+        dq = _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_head, 0, sink_end, qk_scale,
+                            SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW,
+                            SINK_TOKENS)
+        dq = _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_head, lo, clear_lo, qk_scale,
+                            SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW,
+                            SINK_TOKENS)
+    dq = _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_head, clear_lo, clear_end, qk_scale,
+                        SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
     dq = _dq_key_blocks(dq, q, do, lse2, delta, offs_m, k_desc, v_desc, batch, kv_head, clear_end, last_key,
-                        qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
+                        qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW,
+                        SINK_TOKENS)
     dq = dq * sm_scale  # S = Q K^T * sm_scale: dQ picks the scale up once, here rather than on the host
     dq_desc.store([batch, q_head, m0, 0], dq.to(dq_desc.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM_PAD))
 
@@ -399,7 +424,7 @@ FP32_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
 # on 8 warps least at head_dims 64 and 256, and within 5% of the least at 128.
 DQ_FP32_CONFIG = dict(BLOCK_M=32, BLOCK_N=16, num_warps=8, num_stages=1)
 DELTA_ROWS = 64  # rows of D a program computes on a GPU (16 in the interpreter)
-_KEY = ["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL"]
+_KEY = ["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL", "WINDOW"]
 autotuned_kernels = {}  # by mode, built on first use; lab/bench.py reads the tiles they picked
 _picks = {}  # (mode or "dq", key) -> the autotuner's pick, launched directly from then on (forward.py's _picks)
 
@@ -464,8 +489,13 @@ def default_dq_mode(head_dim_pad) -> str:
 
 
 def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, config=None, dq_mode=None,
-                            dq_config=None):
+                            dq_config=None, window=None, sink_tokens=0, sinks=None):
     """Same contract as ``flash_attention_backward``; inputs are checked by the caller.
+
+    ``window``, ``sink_tokens`` and ``sinks`` as in the forward that made ``o`` and ``lse``
+    (``gqa_flash.reference.reference_gradients``): each pass skips the blocks no row sees. With ``sinks``
+    it returns dQ, dK, dV and dSinks ([Hq], ``sinks``' dtype): the LSE already counts the sinks, so dQ, dK
+    and dV need nothing more, and dSinks is a sum over the rows (``windows.sink_gradient``).
 
     ``dq_mode``: ``"atomic"`` (one pass, dQ added with atomics), ``"separate"`` (a dQ pass, which
     also computes D, then a dK/dV pass), or None for ``default_dq_mode``. Inputs the TMA cannot read are copied
@@ -486,8 +516,9 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
     lse = lse.float().contiguous()
     dk = empty_readable((batch, n_kv_heads, seq_len, head_dim), k.dtype, k.device)
     dv = empty_readable((batch, n_kv_heads, seq_len, head_dim), v.dtype, v.device)
-    sizes = (sm_scale, seq_len, batch, n_q_heads, n_kv_heads)
-    key = (seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, q.dtype)  # what the autotuners' picks depend on
+    windowed, window, sink_tokens = kernel_window(window, sink_tokens)
+    sizes = (sm_scale, seq_len, batch, n_q_heads, n_kv_heads, window, sink_tokens)
+    key = (seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, window, q.dtype)  # what the picks depend on
 
     def descriptors(*named):  # placeholder tile shapes; _set_block_shapes puts the real ones in
         return {name: TensorDescriptor.from_tensor(t, [1, 1, 16, head_dim_pad]) for name, t in named}
@@ -505,12 +536,13 @@ def fast_attention_backward(q, k, v, o, lse, do, causal=True, sm_scale=None, con
         _launch(_fast_dq_kernel, "dq", lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]) * batch * n_q_heads,),
                 {**shared, **descriptors(("o_desc", o), ("dq_desc", dq))},
                 dq_config, DQ_INTERPRETER_CONFIG, DQ_FP32_CONFIG, key, head_dim_pad, lse, delta, *sizes,
-                CAUSAL=causal)
+                CAUSAL=causal, WINDOWED=windowed)
         dq_sum = delta
     _launch(_fast_backward_kernel, dq_mode, lambda meta: (triton.cdiv(seq_len, meta["BLOCK_N"]) * batch * n_kv_heads,),
             {**shared, **descriptors(("dk_desc", dk), ("dv_desc", dv))},
             config, INTERPRETER_CONFIG, FP32_CONFIG, key, head_dim_pad, dq_sum, lse, delta, *sizes,
-            CAUSAL=causal, DQ_ATOMIC=atomic)
+            CAUSAL=causal, DQ_ATOMIC=atomic, WINDOWED=windowed)
     if atomic:
         dq = (dq_sum[..., :head_dim] * sm_scale).to(q.dtype)
-    return dq.contiguous(), dk.contiguous(), dv.contiguous()
+    grads = dq.contiguous(), dk.contiguous(), dv.contiguous()
+    return grads if sinks is None else (*grads, sink_gradient(sinks, lse, delta))

@@ -110,26 +110,27 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from gqa_flash.course import runtime
 from gqa_flash.fast.memory import SHARED_MEMORY, empty_readable, readable, shared_memory, tma_can_read  # noqa: F401
+from gqa_flash.fast.windows import kernel_sinks, kernel_window, seen, start_state, window_key_blocks
 
 
 @triton.jit
 def _scores(q, k_tile, start_n, offs_m, SEQ_LEN, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-            INPUT_PRECISION: tl.constexpr):
-    """Raw scores of one query tile against one key tile; -inf where a key is hidden."""
+            INPUT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr, WINDOW, SINK_TOKENS):
+    """Raw scores of one query tile against one key tile; -inf where a key is hidden (windows.seen)."""
     s = tl.dot(q, tl.trans(k_tile), input_precision=INPUT_PRECISION)
     if MASKED:
         cols = start_n + tl.arange(0, BLOCK_N)
-        keep = cols[None, :] < SEQ_LEN
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None])
-        s = tl.where(keep, s, float("-inf"))
+        s = tl.where(seen(offs_m[:, None], cols[None, :], SEQ_LEN, CAUSAL, WINDOWED, WINDOW, SINK_TOKENS), s,
+                     float("-inf"))
     return s
 
 
 @triton.jit
-def _fold(acc, row_sum, row_max, s, v, qk_scale, INPUT_PRECISION: tl.constexpr):
+def _fold(acc, row_sum, row_max, s, v, qk_scale, INPUT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr = False):
     """The online-softmax update: fold one tile of scores (and its values) into the state."""
     m_new = tl.maximum(row_max, tl.max(s, 1) * qk_scale)
+    if WINDOWED:  # a row may meet a key tile it sees none of before any it sees: exp2(-inf - -inf) would be NaN
+        m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
     p = tl.exp2(s * qk_scale - m_new[:, None])  # one FMA per score
     rescale = tl.exp2(row_max - m_new)
     row_sum = row_sum * rescale + tl.sum(p, 1)
@@ -140,44 +141,49 @@ def _fold(acc, row_sum, row_max, s, v, qk_scale, INPUT_PRECISION: tl.constexpr):
 @triton.jit
 def _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, start, end, offs_m, qk_scale, SEQ_LEN,
             BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-            INPUT_PRECISION: tl.constexpr):
+            INPUT_PRECISION: tl.constexpr, WINDOWED: tl.constexpr = False, WINDOW=0, SINK_TOKENS=0):
     """Fold key blocks start..end (exclusive, in steps of BLOCK_N) into the state."""
     for start_n in tl.range(start, end, BLOCK_N):
         # [BLOCK_N, HEAD_DIM_PAD] tiles; rows past SEQ_LEN and columns past HEAD_DIM come back as 0.
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-        s = _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION)
-        acc, row_sum, row_max = _fold(acc, row_sum, row_max, s, v, qk_scale, INPUT_PRECISION)
+        s = _scores(q, k, start_n, offs_m, SEQ_LEN, BLOCK_N, MASKED, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW,
+                    SINK_TOKENS)
+        acc, row_sum, row_max = _fold(acc, row_sum, row_max, s, v, qk_scale, INPUT_PRECISION, WINDOWED)
     return acc, row_sum, row_max
 
 
 @triton.jit
 def _attend_pair(acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, start,
                  end, qk_scale, SEQ_LEN, BLOCK_N: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, MASKED0: tl.constexpr,
-                 MASKED1: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                 MASKED1: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                 WINDOWED: tl.constexpr = False, WINDOW=0, SINK_TOKENS=0):
     """``_attend`` for two query sub-tiles that share each key tile (the software ping-pong):
     both score products are issued before either softmax, so the tensor cores can work on
     one sub-tile while the exp2 units work on the other. Each sub-tile has its own mask switch."""
     for start_n in tl.range(start, end, BLOCK_N):
         k = k_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
         v = v_desc.load([batch, kv_head, start_n, 0]).reshape(BLOCK_N, HEAD_DIM_PAD)
-        s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, BLOCK_N, MASKED0, CAUSAL, INPUT_PRECISION)
-        s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, BLOCK_N, MASKED1, CAUSAL, INPUT_PRECISION)
-        acc0, l0, m0 = _fold(acc0, l0, m0, s0, v, qk_scale, INPUT_PRECISION)
-        acc1, l1, m1 = _fold(acc1, l1, m1, s1, v, qk_scale, INPUT_PRECISION)
+        s0 = _scores(q0, k, start_n, offs_m0, SEQ_LEN, BLOCK_N, MASKED0, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW,
+                     SINK_TOKENS)
+        s1 = _scores(q1, k, start_n, offs_m1, SEQ_LEN, BLOCK_N, MASKED1, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW,
+                     SINK_TOKENS)
+        acc0, l0, m0 = _fold(acc0, l0, m0, s0, v, qk_scale, INPUT_PRECISION, WINDOWED)
+        acc1, l1, m1 = _fold(acc1, l1, m1, s1, v, qk_scale, INPUT_PRECISION, WINDOWED)
     return acc0, l0, m0, acc1, l1, m1
 
 
 @triton.jit
 def _fast_forward_kernel(
     q_desc, k_desc, v_desc, o_desc, LSE, stride_lb, stride_lh,
-    sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS,
+    sm_scale, SEQ_LEN, BATCH, N_Q_HEADS, N_KV_HEADS, WINDOW, SINK_TOKENS, SINKS,
     HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     SUBTILES: tl.constexpr, INPUT_PRECISION: tl.constexpr, GROUP_MAJOR: tl.constexpr = True,
-    HEADS: tl.constexpr = 1,
+    HEADS: tl.constexpr = 1, WINDOWED: tl.constexpr = False, HAS_SINKS: tl.constexpr = False,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0, "BLOCK_M must be a multiple of BLOCK_N")
     tl.static_assert(HEADS == 1 or SUBTILES == 2, "HEADS=2 takes one query head a sub-tile: SUBTILES=2")
+    tl.static_assert(CAUSAL or not WINDOWED, "a sliding window is causal")
     ROWS: tl.constexpr = BLOCK_M // HEADS  # the query positions a program owns
     group_size = N_Q_HEADS // N_KV_HEADS
     programs_per_group = group_size // HEADS
@@ -214,17 +220,28 @@ def _fast_forward_kernel(
         phase1_end = (SEQ_LEN // BLOCK_N) * BLOCK_N
         phase2_end = SEQ_LEN
     lse_base = LSE + batch.to(tl.int64) * stride_lb + q_head.to(tl.int64) * stride_lh
+    clear_lo = 0  # without a window every key block before the diagonal is seen whole
+    if WINDOWED:  # the runs of gqa_flash/fast/windows.py: sink blocks and the window's edge masked, then clear
+        sink_end, lo, clear_lo = window_key_blocks(q_start, tl.minimum(q_start + ROWS, SEQ_LEN), phase1_end, WINDOW,
+                                                   SINK_TOKENS, BLOCK_N)
 
     if SUBTILES == 1:
         offs_m = q_start + tl.arange(0, BLOCK_M)
         q = q_desc.load([batch, q_head, q_start, 0]).reshape(BLOCK_M, HEAD_DIM_PAD)
-        acc, row_sum, row_max = _empty_state(BLOCK_M, HEAD_DIM_PAD)
-        acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, 0, phase1_end,
-                                        offs_m, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL,
-                                        INPUT_PRECISION)
+        acc, row_sum, row_max = start_state(BLOCK_M, HEAD_DIM_PAD, SINKS, q_head, HAS_SINKS)
+        if WINDOWED:  # the sink blocks, then the window's lower edge: both masked
+            acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, 0, sink_end,
+                                            offs_m, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL,
+                                            INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
+            acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, lo, clear_lo,
+                                            offs_m, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL,
+                                            INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
+        acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, clear_lo,
+                                        phase1_end, offs_m, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, CAUSAL,
+                                        INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
         acc, row_sum, row_max = _attend(acc, row_sum, row_max, q, k_desc, v_desc, batch, kv_head, phase1_end,
                                         phase2_end, offs_m, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL,
-                                        INPUT_PRECISION)
+                                        INPUT_PRECISION, WINDOWED, WINDOW, SINK_TOKENS)
         _store(acc, row_sum, row_max, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, BLOCK_M, HEAD_DIM_PAD)
     else:
         tl.static_assert(SUBTILES == 2, "SUBTILES is 1 or 2")
@@ -236,11 +253,21 @@ def _fast_forward_kernel(
         offs_m1 = row1 + tl.arange(0, SUB)
         q0 = q_desc.load([batch, q_head, q_start, 0]).reshape(SUB, HEAD_DIM_PAD)
         q1 = q_desc.load([batch, q_head1, row1, 0]).reshape(SUB, HEAD_DIM_PAD)
-        acc0, l0, m0 = _empty_state(SUB, HEAD_DIM_PAD)
-        acc1, l1, m1 = _empty_state(SUB, HEAD_DIM_PAD)
+        acc0, l0, m0 = start_state(SUB, HEAD_DIM_PAD, SINKS, q_head, HAS_SINKS)
+        acc1, l1, m1 = start_state(SUB, HEAD_DIM_PAD, SINKS, q_head1, HAS_SINKS)
+        if WINDOWED:  # the sink blocks, then the window's lower edge: both masked
+            acc0, l0, m0, acc1, l1, m1 = _attend_pair(
+                acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, 0, sink_end,
+                qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, True, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW,
+                SINK_TOKENS)
+            acc0, l0, m0, acc1, l1, m1 = _attend_pair(
+                acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, lo, clear_lo,
+                qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, True, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW,
+                SINK_TOKENS)
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
-            acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, 0, phase1_end,
-            qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, False, CAUSAL, INPUT_PRECISION)
+            acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, clear_lo,
+            phase1_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, False, False, CAUSAL, INPUT_PRECISION,
+            WINDOWED, WINDOW, SINK_TOKENS)
         if CAUSAL:
             # The diagonal: the first sub-tile sees no key past its own last row, so the
             # second sub-tile finishes the diagonal alone (with HEADS=2 there is nothing left:
@@ -252,24 +279,21 @@ def _fast_forward_kernel(
         # Under the causal mask with one head a program, sub-tile 1's rows all come after these keys:
         # only sub-tile 0 needs the mask. (Such a tile can hold keys past SEQ_LEN, zeros from the TMA,
         # only when every row of sub-tile 1 is past SEQ_LEN too, and those rows are never stored.)
-        MASK1: tl.constexpr = not (CAUSAL and HEADS == 1)
+        # A window's lower edge can hide some of them, though.
+        MASK1: tl.constexpr = not (CAUSAL and HEADS == 1) or WINDOWED
         acc0, l0, m0, acc1, l1, m1 = _attend_pair(
             acc0, l0, m0, q0, offs_m0, acc1, l1, m1, q1, offs_m1, k_desc, v_desc, batch, kv_head, phase1_end,
-            pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, MASK1, CAUSAL, INPUT_PRECISION)
+            pair_end, qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, MASK1, CAUSAL, INPUT_PRECISION, WINDOWED, WINDOW,
+            SINK_TOKENS)
         # Sub-tile 0 has seen all its keys: stored now (item 4 of the docstring: measured with the mask
         # change above; the compiled code waits for this store before going on).
         _store(acc0, l0, m0, o_desc, lse_base, batch, q_head, q_start, SEQ_LEN, SUB, HEAD_DIM_PAD)
         if HEADS == 1:  # a constexpr: with HEADS=2 this loop is not compiled at all
             acc1, l1, m1 = _attend(acc1, l1, m1, q1, k_desc, v_desc, batch, kv_head, pair_end, phase2_end, offs_m1,
-                                   qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION)
+                                   qk_scale, SEQ_LEN, BLOCK_N, HEAD_DIM_PAD, True, CAUSAL, INPUT_PRECISION, WINDOWED,
+                                   WINDOW, SINK_TOKENS)
         lse_base1 = lse_base + (HEADS - 1) * stride_lh
         _store(acc1, l1, m1, o_desc, lse_base1, batch, q_head1, row1, SEQ_LEN, SUB, HEAD_DIM_PAD)
-
-
-@triton.jit
-def _empty_state(ROWS: tl.constexpr, HEAD_DIM_PAD: tl.constexpr):
-    acc = tl.zeros([ROWS, HEAD_DIM_PAD], dtype=tl.float32)
-    return acc, tl.zeros([ROWS], dtype=tl.float32), tl.full([ROWS], float("-inf"), dtype=tl.float32)
 
 
 @triton.jit
@@ -415,7 +439,7 @@ def _kernel():
     global autotuned_kernel
     if autotuned_kernel is None:
         autotuned_kernel = triton.autotune(
-            configs=CONFIGS, key=["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL"],
+            configs=CONFIGS, key=["SEQ_LEN", "N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM_PAD", "CAUSAL", "WINDOW"],
             prune_configs_by={"early_config_prune": _prune},
         )(_fast_forward_kernel)
     return autotuned_kernel
@@ -489,8 +513,13 @@ def _try_gluon(q, k, v, o, lse, causal, sm_scale, key) -> bool:
         return False
 
 
-def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None, group_major=True):
+def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, config=None, group_major=True,
+                           window=None, sink_tokens=0, sinks=None):
     """Same contract as ``flash_attention_forward``; inputs are checked by the caller.
+
+    ``window``, ``sink_tokens`` and ``sinks`` as in ``gqa_flash.reference.reference_attention`` (causal only):
+    the key blocks outside every row's window are never loaded (gqa_flash/fast/windows.py), and the LSE
+    counts the sinks.
 
     Inputs the TMA cannot read are copied first into a layout it can (``readable``).
     ``config`` (BLOCK_M, BLOCK_N, num_warps, num_stages and optionally SUBTILES and HEADS) skips
@@ -511,8 +540,11 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     o = empty_readable((batch, n_q_heads, seq_len, head_dim), q.dtype, q.device)
     lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
-    key = ("forward", seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, q.dtype)
-    gpu = _cuda_gpu(q) if config is None and group_major else None
+    windowed, window, sink_tokens = kernel_window(window, sink_tokens)
+    sinks, has_sinks = kernel_sinks(sinks, q)
+    key = ("forward", seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, window, q.dtype)
+    plain = config is None and group_major and not windowed and not has_sinks  # what the Gluon kernel takes
+    gpu = _cuda_gpu(q) if plain else None
     if (gpu is not None and gluon_wanted(gpu[1], gpu[3], triton.__version__, q.dtype, head_dim, seq_len,
                                          causal)
             and _try_gluon(q, k, v, o, lse, causal, sm_scale, key)):
@@ -538,9 +570,9 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
 
     kernel[grid](
         descs["q_desc"], descs["k_desc"], descs["v_desc"], descs["o_desc"], lse, *lse.stride()[:2],
-        sm_scale, seq_len, batch, n_q_heads, n_kv_heads,
+        sm_scale, seq_len, batch, n_q_heads, n_kv_heads, window, sink_tokens, sinks,
         HEAD_DIM_PAD=head_dim_pad, CAUSAL=causal, INPUT_PRECISION=input_precision(q.dtype), GROUP_MAJOR=group_major,
-        **config,
+        WINDOWED=windowed, HAS_SINKS=has_sinks, **config,
     )
     if tuning:
         remember(_picks, key, kernel)

@@ -190,18 +190,18 @@ def test_a_fast_kernel_helper_inside_the_students_kernel_is_refused(tmp_path):
     graded.write_text(textwrap.dedent('''
         import triton
         import triton.language as tl
-        from gqa_flash.fast import forward as fast
+        from gqa_flash.fast import windows as fast
 
 
         @triton.jit
         def kernel(Y, N: tl.constexpr):
-            acc, row_sum, row_max = fast._empty_state(N, N)
+            acc, row_sum, row_max = fast.start_state(N, N, Y, 0, False)
             tl.store(Y + tl.arange(0, N), row_sum)
         '''))
     namespace, guard = _as_graded_forward(graded)
     y = torch.empty(16, device=gqa_flash.course.runtime.DEVICE)
-    with pytest.raises(integrity.IntegrityViolation, match=r"called the Triton function _empty_state of "
-                                                           r"gqa_flash/fast/forward.py"):
+    with pytest.raises(integrity.IntegrityViolation, match=r"called the Triton function start_state of "
+                                                           r"gqa_flash/fast/windows.py"):
         with guard:
             namespace["kernel"][(1,)](y, N=16)
 
