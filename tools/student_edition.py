@@ -126,8 +126,8 @@ come without outputs; run each from the top.
 
 ```
 notebooks/          the lessons, in order; notebooks/data/ holds results measured on an H200
-gqa_flash/          naive.py online_softmax.py tiled.py forward.py backward.py decode.py ring.py: the
-                    graded files, yours to write (backward, decode and ring are bonuses); traffic.py, notebook 05's
+gqa_flash/          naive.py online_softmax.py tiled.py forward.py windows.py backward.py decode.py ring.py:
+                    the graded files, yours to write (windows, backward, decode and ring are bonuses); traffic.py, notebook 05's
                     practice file; the rest is the course's support code (read it, don't edit it)
 gqa_flash/fast/     the course's fastest kernels, fully written (notebook 05)
 gqa_flash/course/lab/      what the notebooks use: the checks, the pictures, the benchmark
