@@ -410,9 +410,11 @@ def _readable(name: str, content: bytes) -> str:
 
 
 # The fast kernels ship complete, as a course's published solutions do (issue 36): they implement the
-# graded forward and backward, and a few of their lines read like the solutions'. Their docstrings, the
-# graded files' and the README ask students to finish first. Only these pairs are let through.
-PUBLISHED_SOLUTIONS = {"gqa_flash/fast/backward.py": "backward.py", "gqa_flash/fast/forward.py": "forward.py"}
+# graded forward and backward, and the window's runs and sinks of the bonus windows.py, and a few of their lines
+# read like the solutions'. Their docstrings, the graded files' and the README ask students to finish first.
+# Only these pairs are let through.
+PUBLISHED_SOLUTIONS = {"gqa_flash/fast/backward.py": "backward.py", "gqa_flash/fast/forward.py": "forward.py",
+                       "gqa_flash/fast/windows.py": "windows.py"}
 
 
 def leaks(files: dict[str, bytes], solutions_dir: Path) -> list[str]:
