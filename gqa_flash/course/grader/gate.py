@@ -98,6 +98,8 @@ GIVEN_DENIED = NEVER_IMPORT | {"torch", "triton", "tl", "F", "dist", "nn", "func
     "address_check", "api", "backward", "context_parallel", "decode", "decode_launch", "fast", "forward", "grader",
     "impl", "integrity", "kv_cache", "lab", "launch", "layout", "naive", "online_softmax", "reference", "ring",
     "runtime", "testing", "tile_counts", "tiled", "traffic", "validation", "windows",
+    # what the switch (impl, which windows.py's stub imports for impl.load) knows of the completed files
+    "SOLUTIONS_DIR", "COMPLETED_PACKAGE", "completed_dir", "source_dir", "path_of",
 }
 
 HINTS = {
