@@ -1,6 +1,6 @@
 """kernel_only: the code inside may compute only in Triton kernels, its own, at addresses it was given.
 
-The graded kernel tests (forward, backward, decode) run the student's entry point under it, in the executor
+The graded kernel tests (forward, windows, backward, decode) run the student's entry point under it, in the executor
 (gqa_flash.course.grader.executor): PyTorch's attention, softmax and matrix products are refused outright, and any
 other PyTorch computation than allocating, viewing and copying tensors (every ATen op, through a dispatch
 mode); Triton's own bookkeeping inside a launch is left alone, but the graded file's code run inside a launch

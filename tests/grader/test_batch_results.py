@@ -368,6 +368,6 @@ def test_a_csv_of_other_modules_stops_one_submission_before_it_is_graded(tmp_pat
     sub = folder(tmp_path, "zoe", {"naive.py": "x = 1\n"})
     with pytest.raises(SystemExit) as stop:
         cli.main([str(sub), "--only", "naive", "--csv", str(book)])
-    assert str(stop.value) == (f"{book} holds the modules naive, online_softmax, tiled, forward, backward, decode, "
-                               "ring, and this run grades naive: a CSV keeps one set of modules; give this run "
+    assert str(stop.value) == (f"{book} holds the modules naive, online_softmax, tiled, forward, windows, backward, "
+                               "decode, ring, and this run grades naive: a CSV keeps one set of modules; give this run "
                                "another --csv file (or run it with the CSV's modules)")

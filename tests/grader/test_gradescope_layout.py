@@ -181,7 +181,7 @@ def test_writing_the_bundle_says_what_to_set_the_assignments_total_to(tmp_path, 
     assert cli.main(["--gradescope-bundle", str(tmp_path / "with_hidden.zip"), "--extra-tests", str(hidden)]) == 0
     err = capsys.readouterr().err
     assert "total points to 105, the required modules' (naive 20, online_softmax 15, tiled 25, forward 40; " \
-           "hidden tests 5)" in err and "up to 150 / 105" in err, err
+           "hidden tests 5)" in err and "up to 165 / 105" in err, err
 
 
 def test_the_gradescope_fallback_is_json_when_the_grader_cannot_start(tmp_path):
