@@ -30,8 +30,8 @@ a query tile that starts at row q_start see, at most,
 
 so a query tile reads about W + BLOCK_M keys (and the sink blocks) however
 long the sequence: O(N W) work, where causal attention does O(N^2 / 2). Here
-every block visited is masked, for simplicity; gqa_flash/fast/windows.py
-splits the runs further, masking only the blocks at their edges.
+every block visited is masked, for simplicity (a faster kernel masks only the
+blocks at the window's edges and the diagonal).
 
 The key loop meets something forward.py never met: a row may see *none* of
 the keys of the first block it visits (a sink block, or the window's first
@@ -79,8 +79,9 @@ def window_mask(s, offs_m, offs_n, SEQ_LEN, WINDOW, SINK_TOKENS):
     # different keys.
     # Invariants: W = 1 leaves each row its own key alone; W >= SEQ_LEN is
     # causal attention; a sink token is never seen from before its position.
-    # Hint: two comparisons of the key index with the row index (broadcast
-    # as in Part 5) and one with SINK_TOKENS make the window's rule.
+    # Hint: one comparison of the key index with the row index (broadcast
+    # as in Part 5) and one with SINK_TOKENS make the window's rule; your
+    # mask_scores makes the rest.
     return s  # Placeholder: nothing is masked
     # --- END OF STUDENT IMPLEMENTATION ---
 
