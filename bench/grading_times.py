@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 REQUIRED = ("naive.py", "online_softmax.py", "tiled.py", "forward.py")
-BONUS = ("backward.py", "decode.py", "ring.py")
+BONUS = ("windows.py", "backward.py", "decode.py", "ring.py")
 HANG = "def naive_attention(q, k, v, causal=True, sm_scale=None):\n    while True:\n        pass\n"
 
 

@@ -126,8 +126,8 @@ come without outputs; run each from the top.
 
 ```
 notebooks/          the lessons, in order; notebooks/data/ holds results measured on an H200
-gqa_flash/          naive.py online_softmax.py tiled.py forward.py backward.py decode.py ring.py: the
-                    graded files, yours to write (backward, decode and ring are bonuses); traffic.py, notebook 05's
+gqa_flash/          naive.py online_softmax.py tiled.py forward.py windows.py backward.py decode.py ring.py:
+                    the graded files, yours to write (windows, backward, decode and ring are bonuses); traffic.py, notebook 05's
                     practice file; the rest is the course's support code (read it, don't edit it)
 gqa_flash/fast/     the course's fastest kernels, fully written (notebook 05)
 gqa_flash/course/lab/      what the notebooks use: the checks, the pictures, the benchmark
@@ -410,9 +410,11 @@ def _readable(name: str, content: bytes) -> str:
 
 
 # The fast kernels ship complete, as a course's published solutions do (issue 36): they implement the
-# graded forward and backward, and a few of their lines read like the solutions'. Their docstrings, the
-# graded files' and the README ask students to finish first. Only these pairs are let through.
-PUBLISHED_SOLUTIONS = {"gqa_flash/fast/backward.py": "backward.py", "gqa_flash/fast/forward.py": "forward.py"}
+# graded forward and backward, and the window's runs and sinks of the bonus windows.py, and a few of their lines
+# read like the solutions'. Their docstrings, the graded files' and the README ask students to finish first.
+# Only these pairs are let through.
+PUBLISHED_SOLUTIONS = {"gqa_flash/fast/backward.py": "backward.py", "gqa_flash/fast/forward.py": "forward.py",
+                       "gqa_flash/fast/windows.py": "windows.py"}
 
 
 def leaks(files: dict[str, bytes], solutions_dir: Path) -> list[str]:

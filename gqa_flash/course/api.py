@@ -84,9 +84,26 @@ def _launch_forward(launcher, q, k, v, causal, sm_scale, return_lse, **windows):
     return launcher(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse, **windows)
 
 
-def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False):
-    """The Triton FlashAttention forward kernel with GQA (``forward.py``). Optionally returns the LSE."""
-    return _launch_forward(impl.load("forward").flash_attention_forward, q, k, v, causal, sm_scale, return_lse)
+def flash_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, *, window=None, sink_tokens=0,
+                            sinks=None):
+    """The Triton FlashAttention forward kernel with GQA (``forward.py``). Optionally returns the LSE.
+
+    With a sliding ``window``, ``sink_tokens`` or learned ``sinks`` (causal only; as in
+    :func:`gqa_flash.reference.reference_attention`, whose LSE also counts the sinks) the kernel of
+    ``windows.py`` (bonus) runs instead, built on forward.py's helpers.
+    """
+    return _launch_forward(_student_forward, q, k, v, causal, sm_scale, return_lse, window=window,
+                           sink_tokens=sink_tokens, sinks=sinks)
+
+
+def _student_forward(q, k, v, causal, sm_scale, return_lse, window=None, sink_tokens=0, sinks=None):
+    """The student's forward: ``windows.py``'s kernel where a window or sinks are in use (``_launch_forward``
+    passes them on only then), else ``forward.py``'s."""
+    if window is None and sinks is None:
+        return impl.load("forward").flash_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale,
+                                                            return_lse=return_lse)
+    return impl.load("windows").windowed_attention_forward(q, k, v, window=window, sink_tokens=sink_tokens,
+                                                           sinks=sinks, sm_scale=sm_scale, return_lse=return_lse)
 
 
 def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False, *, window=None, sink_tokens=0,
@@ -106,18 +123,20 @@ class FlashAttentionFunction(torch.autograd.Function):
     The forward saves O and the LSE (O(N) extra memory); the backward
     recomputes the attention probabilities from them, tile by tile.
 
-    A sliding window or sinks (``windows``: window, sink_tokens, sinks) run the fast kernels, which take them;
-    ``sinks`` is then an input of the op, and its gradient is the fast backward's dSinks.
+    A sliding window or sinks (``windows``: window, sink_tokens, sinks) run ``windows.py``'s forward (or with
+    ``fast`` the fast one) and the fast backward, which take them; ``sinks`` is then an input of the op, and its
+    gradient is the fast backward's dSinks.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, causal, sm_scale, fast=False, window=None, sink_tokens=0, sinks=None):
         windows = dict(window=window, sink_tokens=sink_tokens, sinks=sinks)
-        if window is not None or sinks is not None:  # only the fast kernels take them
-            from gqa_flash.fast import fast_attention_forward
-
-            o, lse = fast_attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True, **windows)
-            fast = True
+        if window is not None or sinks is not None:
+            if fast:
+                from gqa_flash.fast import fast_attention_forward as forward
+            else:  # the student's windows.py (bonus); causal, as validation.check_window_options holds it
+                forward = impl.load("windows").windowed_attention_forward
+            o, lse = forward(q, k, v, sm_scale=sm_scale, return_lse=True, **windows)
         else:
             if fast:  # the course's fastest kernels (not graded)
                 from gqa_flash.fast import fast_attention_forward as forward
@@ -162,7 +181,8 @@ def flash_attention(q, k, v, causal=True, sm_scale=None, fast=False, *, window=N
     * ``sinks``: a float tensor [Hq] of raw logits, not scaled (GPT-OSS's learned sinks): one more column in
       each row's softmax, dropped before P @ V. Learnable: its gradient is returned.
 
-    These run the fast kernels whatever ``fast`` says: the graded kernels take no window.
+    The forward of these is ``windows.py``'s (bonus; the fast one with ``fast=True``), and their backward is
+    always the fast kernels' (``gqa_flash/fast/backward.py``): ``backward.py`` takes no window.
     """
     validation.check_attention_inputs(q, k, v, causal)
     validation.check_kernel_inputs(q, k, v)
@@ -172,7 +192,7 @@ def flash_attention(q, k, v, causal=True, sm_scale=None, fast=False, *, window=N
         return _empty_result(q, False)
     if not windowed:
         return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, fast)
-    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, True, window, sink_tokens, sinks)
+    return FlashAttentionFunction.apply(q, k, v, causal, sm_scale, fast, window, sink_tokens, sinks)
 
 
 def _launch_backward(launcher, q, k, v, o, lse, do, causal, sm_scale, **windows):

@@ -6,7 +6,9 @@ done by that module's own code:
 
 * every Triton kernel launched is one the graded file defines (its given code
   included), never one of the course's fast kernels, a notebook probe or
-  another file's kernel;
+  another file's kernel; the helpers it calls may also be those of the student
+  files it builds on (``layout.StudentFile.builds_on``: windows.py calls
+  forward.py's, whichever file the switch chose for it);
 * the course's answers are out of reach: the fast kernels and their public
   entry points (``gqa_flash.fast``, ``gqa_flash.fast_attention_forward``...),
   the float64 reference (``gqa_flash.reference``), the notebook checks and their
@@ -44,7 +46,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _python_dispatch
 
 from gqa_flash.course import impl, runtime
-from gqa_flash.course.layout import COURSE_DIR, PACKAGE_DIR
+from gqa_flash.course.layout import COURSE_DIR, PACKAGE_DIR, STUDENT_FILES
 
 PREFIX = "integrity: "
 
@@ -115,6 +117,10 @@ class own_work:
         self.part = part
         self.what = what or part
         self.file = Path(file or impl.path_of(part)).resolve()  # file: the module a check loaded, if elsewhere
+        # The student's code: this file and those it builds on (windows.py calls forward.py's helpers), as the
+        # switch chose them (under GQA_FLASH_IMPL=solutions, completed files, which are otherwise refused).
+        info = STUDENT_FILES.get(part)
+        self.files = frozenset({self.file, *(impl.path_of(b).resolve() for b in (info.builds_on if info else ()))})
         self._saved: list = []
         self._modes_on: list = []
         self._entry = None  # the frame that entered: the stack above it is the caller's, not the graded call's
@@ -122,16 +128,17 @@ class own_work:
     # --- what the student's line was ------------------------------------------------
 
     def _graded_frame(self, start):
-        """The innermost frame of the graded file at or above ``start`` (None: none on the stack)."""
+        """The innermost frame of the graded file (or one it builds on) at or above ``start`` (None: none)."""
         frame = start
         while frame is not None:
-            if resolved_file(frame.f_code.co_filename) == self.file:
+            if resolved_file(frame.f_code.co_filename) in self.files:
                 return frame
             frame = frame.f_back
         return None
 
     def _violation(self, graded, did: str) -> IntegrityViolation:
-        where = f"{self.file.name} line {graded.f_lineno}" if graded is not None else self.file.name
+        where = (f"{Path(graded.f_code.co_filename).name} line {graded.f_lineno}" if graded is not None
+                 else self.file.name)
         return IntegrityViolation(
             f"{PREFIX}{where} {did}: the graded {self.part}.py must do its own work (torch, triton and its own "
             "code; not the course's kernels, reference or checks, nor PyTorch's attention), so this part scores 0")
@@ -141,7 +148,7 @@ class own_work:
         frame = sys._getframe(1)
         outermost = None
         while frame is not None and frame is not self._entry:
-            if _forbidden_frame(frame) and resolved_file(frame.f_code.co_filename) != self.file:
+            if _forbidden_frame(frame) and resolved_file(frame.f_code.co_filename) not in self.files:
                 outermost = frame
             frame = frame.f_back
         if outermost is not None:
@@ -157,7 +164,7 @@ class own_work:
         if launched and path != self.file:
             raise self._violation(self._graded_frame(sys._getframe(1)),
                                   f"launched the kernel {name} of {_where(path)}, not a kernel of its own")
-        if not launched and path != self.file and _forbidden_file(str(path)):
+        if not launched and path not in self.files and _forbidden_file(str(path)):
             raise self._violation(self._graded_frame(sys._getframe(1)),
                                   f"called the Triton function {name} of {_where(path)}")
 

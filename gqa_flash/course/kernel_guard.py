@@ -1,6 +1,6 @@
 """kernel_only: the code inside may compute only in Triton kernels, its own, at addresses it was given.
 
-The graded kernel tests (forward, backward, decode) run the student's entry point under it, in the executor
+The graded kernel tests (forward, windows, backward, decode) run the student's entry point under it, in the executor
 (gqa_flash.course.grader.executor): PyTorch's attention, softmax and matrix products are refused outright, and any
 other PyTorch computation than allocating, viewing and copying tensors (every ATen op, through a dispatch
 mode); Triton's own bookkeeping inside a launch is left alone, but the graded file's code run inside a launch
@@ -107,12 +107,12 @@ class kernel_only:
         """Whether the running op was called by the graded file's own code inside a Triton launch (its grid
         callable, a launch hook, an interpreted kernel body), not by Triton's bookkeeping: those get no
         exemption. Walks the stack out to the launch."""
-        graded = self._guards[0].file if self.part else None
+        graded = self._guards[0].files if self.part else None  # the graded file and those it builds on
         frame = sys._getframe(2)
         while graded is not None and frame is not None and frame.f_code not in self._launch_codes:
             name = frame.f_code.co_filename
             # The graded file, or code made from a string at run time (which no gate read)
-            if resolved_file(name) == graded or (name.startswith("<") and not name.startswith("<frozen")):
+            if resolved_file(name) in graded or (name.startswith("<") and not name.startswith("<frozen")):
                 return True
             frame = frame.f_back
         return False

@@ -41,6 +41,7 @@ class StudentFile:
     parts: dict[int, str]  # Part N -> its name, as the checks and the grader's messages call it
     points: int = 0  # the graded tests' points (0: practice, never graded)
     bonus: bool = False  # graded beyond the 100 points of the required files
+    builds_on: tuple[str, ...] = ()  # the student files whose helpers it calls (through impl.load): its own work too
 
 
 # THE REGISTRY: the files a student writes, in course order. Adding or renaming a file or a part starts here;
@@ -61,6 +62,9 @@ STUDENT_FILES = {
         "reference.reference_attention (O and the LSE)", "04_triton_kernel", "check_forward",
         {1: "program_ids", 2: "load_tile", 3: "key_loop", 4: "online_softmax_update", 5: "mask_scores",
          6: "epilogue"}, 40),
+    "windows": StudentFile(
+        "reference.reference_attention (window, sink_tokens, sinks)", "04b_windows_and_sinks", "check_windows",
+        {1: "window_mask", 2: "window_key_loop", 3: "sink_state"}, 15, bonus=True, builds_on=("forward",)),
     "backward": StudentFile(
         "reference.reference_gradients", "06_backward_and_training", "check_backward",
         {1: "D = rowsum(dO * O)", 2: "dK and dV", 3: "the GQA sum", 4: "dQ"}, 20, bonus=True),

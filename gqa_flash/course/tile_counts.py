@@ -2,7 +2,8 @@
 
 A kernel that walks every key block and lets the mask zero the rest gives the right answer with about
 twice the work. Timing would show it only on a GPU, and noisily; counting shows it anywhere. Triton's
-interpreter runs one program at a time and knows which, so :func:`score_tiles_per_program` (the forward)
+interpreter runs one program at a time and knows which, so :func:`score_tiles_per_program` (the forward),
+:func:`windowed_score_tiles_per_program` (windows.py's forward, whose skip makes a window O(N W))
 and :func:`backward_score_tiles_per_program` (dK/dV and dQ) count each program's score tiles, and
 :func:`key_blocks_needed` and :func:`query_blocks_needed` say how many a causal walk needs. In PyTorch
 (tiled.py), :class:`ScoreProducts` counts the matrix products that compute scores. The graded tests,
@@ -53,6 +54,34 @@ def score_tiles_per_program(seq_len=100, head_dim=32, causal=True, batch=1, n_q_
 
     with _score_tiles_recorded(head_dim, config, record), kernel_only():  # the student's own kernel
         gqa_flash.flash_attention_forward(q, k, v, causal=causal)
+    return {f"{t},{bh}": n for (t, bh), n in sorted(counts.items())}, config
+
+
+def windowed_score_tiles_per_program(seq_len=96, head_dim=32, window=5, sink_tokens=0, batch=1, n_q_heads=2,
+                                     n_kv_heads=1, seed=0):
+    """:func:`score_tiles_per_program` for windows.py's kernel: ``gqa_flash.flash_attention_forward`` with a
+    sliding ``window`` and ``sink_tokens``, run once in the interpreter under ``kernel_only`` held to windows.py's
+    own work (forward.py's helpers included). Returns ``({"query tile,batch * head": count}, config)`` with
+    windows.py's INTERPRETER_CONFIG; which key blocks a tile's rows see is the caller's to say
+    (``gqa_flash.reference.visible``)."""
+    kwargs = dict(seq_len=seq_len, head_dim=head_dim, window=window, sink_tokens=sink_tokens, batch=batch,
+                  n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seed=seed)
+    if not runtime.INTERPRETER:
+        return interpreter.in_interpreter(f"{__name__}:windowed_score_tiles_per_program", **kwargs)
+    import gqa_flash
+    from gqa_flash.course import impl
+
+    config = impl.load("windows").INTERPRETER_CONFIG
+    q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=seq_len,
+                         head_dim=head_dim, dtype=torch.float32, seed=seed, device="cpu")
+    counts: dict = {}
+
+    def record(builder):
+        program = tuple(int(i) for i in builder.grid_idx[:2])
+        counts[program] = counts.get(program, 0) + 1
+
+    with _score_tiles_recorded(head_dim, config, record), kernel_only("flash_attention_forward", part="windows"):
+        gqa_flash.flash_attention_forward(q, k, v, window=window, sink_tokens=sink_tokens)
     return {f"{t},{bh}": n for (t, bh), n in sorted(counts.items())}, config
 
 

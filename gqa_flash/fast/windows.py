@@ -1,5 +1,8 @@
 """Sliding windows and attention sinks in the fast kernels: which keys a query sees, and which blocks to walk.
 
+Finish ``gqa_flash/windows.py`` (notebook 04b, a bonus) before you read this file: it walks the same key blocks,
+and its start_state is that file's Part 3.
+
 A sliding ``window`` W (causal only) lets query i see keys i-W+1 .. i, itself included; ``sink_tokens`` S
 keeps keys 0 .. S-1 in sight too, whatever the window (StreamingLLM); learned ``sinks`` (GPT-OSS), one raw
 logit a query head, are one more column in every row's softmax, counted in the LSE and dropped before

@@ -47,7 +47,7 @@ def test_required_modules_are_worth_100_points():
 
 
 # Each bonus module's points, on top of the 100.
-BONUS_POINTS = {"test_backward.py": 20, "test_decode.py": 15, "test_ring.py": 10}
+BONUS_POINTS = {"test_windows.py": 15, "test_backward.py": 20, "test_decode.py": 15, "test_ring.py": 10}
 
 
 def test_each_bonus_is_worth_its_points():

@@ -12,7 +12,8 @@ from gqa_flash.course.grader import cli, plugin, progress, report, submission, t
 from gqa_flash.course.grader.testrun import TestResult as Result
 from gqa_flash.course.testing import folder
 
-BONUS_NOTE = "bonus not handed in: backward.py, decode.py, ring.py (graded as the stubs: no bonus points)"
+BONUS_NOTE = ("bonus not handed in: windows.py, backward.py, decode.py, ring.py (graded as the stubs: no bonus "
+              "points)")
 
 
 class Clock:

@@ -149,7 +149,7 @@ def test_a_submission_with_nothing_to_grade_runs_no_test(tmp_path, monkeypatch, 
     assert result.stop and result.notes == [result.stop] and result.error is None
     assert result.score == 0 and result.max_score == report.COURSE_POINTS
     assert {part: result.part_score(part) for part in layout.GRADED_MODULES} == {
-        "naive": (0, 20), "online_softmax": (0, 15), "tiled": (0, 25), "forward": (0, 40),
+        "naive": (0, 20), "online_softmax": (0, 15), "tiled": (0, 25), "forward": (0, 40), "windows": (0, 15),
         "backward": (0, 20), "decode": (0, 15), "ring": (0, 10)}
     text = report.table(result)
     assert text.count("not graded (see the note)") == len(layout.GRADED_MODULES) and result.stop in text
@@ -210,13 +210,13 @@ def test_every_total_is_exact(collected):
                         bonus=t["part"] in layout.BONUS_MODULES) for t in collected]
     full = report.Report("full marks", tests=tests)
     results = json.loads(json.dumps(gradescope.results_json(full)), parse_float=Decimal)
-    assert sum(t["max_score"] for t in results["tests"]) == 145 and results["score"] == 145
+    assert sum(t["max_score"] for t in results["tests"]) == 160 and results["score"] == 160
     assert all(t["max_score"] == round(t["max_score"], 2) for t in results["tests"])  # whole hundredths
-    for part, points in {"naive": 20, "online_softmax": 15, "tiled": 25, "forward": 40, "backward": 20,
-                         "decode": 15, "ring": 10}.items():
+    for part, points in {"naive": 20, "online_softmax": 15, "tiled": 25, "forward": 40, "windows": 15,
+                         "backward": 20, "decode": 15, "ring": 10}.items():
         assert sum(t["max_score"] for t in results["tests"] if t["name"].startswith(f"{part}.py")) == points, part
-    assert full.max_score == 100 and full.score == 145
-    assert report.table(full).splitlines()[-1].split() == "total 145 / 100 (with 45 bonus)".split()
+    assert full.max_score == 100 and full.score == 160
+    assert report.table(full).splitlines()[-1].split() == "total 160 / 100 (with 60 bonus)".split()
 
 
 def test_the_csv_totals_are_exact(collected, tmp_path):
@@ -225,8 +225,8 @@ def test_the_csv_totals_are_exact(collected, tmp_path):
     book = report.GradeBook(tmp_path / "grades.csv", list(layout.GRADED_MODULES), hidden=False)
     book.add(report.Report("full marks", tests=tests))
     row = book.rows()[0]
-    assert (row["score"], row["max_score"]) == ("145", "100")
-    assert [row[m] for m in layout.GRADED_MODULES] == ["20", "15", "25", "40", "20", "15", "10"]
+    assert (row["score"], row["max_score"]) == ("160", "100")
+    assert [row[m] for m in layout.GRADED_MODULES] == ["20", "15", "25", "40", "15", "20", "15", "10"]
 
 
 
@@ -368,6 +368,6 @@ def test_a_csv_of_other_modules_stops_one_submission_before_it_is_graded(tmp_pat
     sub = folder(tmp_path, "zoe", {"naive.py": "x = 1\n"})
     with pytest.raises(SystemExit) as stop:
         cli.main([str(sub), "--only", "naive", "--csv", str(book)])
-    assert str(stop.value) == (f"{book} holds the modules naive, online_softmax, tiled, forward, backward, decode, "
-                               "ring, and this run grades naive: a CSV keeps one set of modules; give this run "
+    assert str(stop.value) == (f"{book} holds the modules naive, online_softmax, tiled, forward, windows, backward, "
+                               "decode, ring, and this run grades naive: a CSV keeps one set of modules; give this run "
                                "another --csv file (or run it with the CSV's modules)")

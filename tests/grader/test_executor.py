@@ -186,7 +186,7 @@ def test_on_a_gpu_the_interpreter_harnesses_go_to_a_sibling_with_the_gpu_hidden(
     monkeypatch.setattr(calls, "_gpu", lambda: False)
     assert calls.Executor(tree=tmp_path, kind="none").in_interpreter().interpreter is False
     monkeypatch.setattr(runtime, "INTERPRETER", False)
-    for kernel in ("forward", "backward"):
+    for kernel in ("forward", "windows", "backward"):
         reply = executor_module.handle({"op": "score_tiles", "kernel": kernel, "kwargs": {}})
         assert reply["ok"] is False and "TRITON_INTERPRET=1" in reply["error"]["message"]
     reply = executor_module.handle({"op": "score_tiles", "kernel": "decode", "kwargs": {}})

@@ -37,8 +37,8 @@ def marked_line(name: str, body: str) -> int:
 
 
 def test_every_graded_file_has_a_table():
-    assert GRADED == sorted(["naive.py", "online_softmax.py", "tiled.py", "forward.py", "backward.py", "decode.py",
-                             "ring.py"])
+    assert GRADED == sorted(["naive.py", "online_softmax.py", "tiled.py", "forward.py", "windows.py", "backward.py",
+                             "decode.py", "ring.py"])
 
 
 @pytest.mark.parametrize("name", GRADED)
@@ -218,6 +218,19 @@ def test_distributed_is_allowed_in_ring_only():
     body = "import torch.distributed as dist\n\ndef f(x):\n    dist.all_reduce(x)\n"
     assert check("ring.py", body, STUBS["ring.py"]) == []
     assert {v.rule for v in check("naive.py", body, STUBS["naive.py"])} == {"import", "module-attribute"}
+
+
+def test_windows_reaches_forward_through_the_switch_and_no_further():
+    """windows.py's stub imports impl to call the student's forward.py (impl.load("forward")); the switch's
+    knowledge of the completed files stays out of reach, and importing gqa_flash.forward is refused (it would
+    bind the student's file whoever is graded)."""
+    head = "import triton\nimport triton.language as tl\n\nfrom gqa_flash.course import impl, runtime\n\n"
+    assert check("windows.py", head + 'forward = impl.load("forward")\n', STUBS["windows.py"]) == []
+    for body, rule in (("x = impl.SOLUTIONS_DIR\n", "module-attribute"), ("x = impl.completed_dir()\n",
+                                                                            "module-attribute"),
+                       ("from gqa_flash import forward\n", "import")):
+        assert [v.rule for v in check("windows.py", head + body, STUBS["windows.py"])] == [rule], body
+    assert [v.rule for v in check("forward.py", head, STUBS["forward.py"])] == ["import"]  # impl: windows.py's
 
 
 def test_the_stub_own_imports_are_allowed_and_only_those():

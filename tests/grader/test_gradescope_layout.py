@@ -156,6 +156,7 @@ def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_p
     assert started.STUB_PRINTS in names
     lines = {t["name"]: (t["score"], t["max_score"]) for t in results["tests"] if "not handed in" in t["name"]}
     assert lines == {"online_softmax.py: not handed in": (0, 15), "forward.py: not handed in": (0, 40),
+                     "windows.py (bonus): not handed in": (0, 15),
                      "backward.py (bonus): not handed in": (0, 20), "decode.py (bonus): not handed in": (0, 15),
                      "ring.py (bonus): not handed in": (0, 10)}, lines
     others = [t for t in results["tests"] if t["name"] not in lines]
@@ -168,18 +169,19 @@ def test_the_gradescope_bundle_grades_a_submission_in_an_autograder_layout(tmp_p
 
 
 def test_writing_the_bundle_says_what_to_set_the_assignments_total_to(tmp_path, capsys):
-    # The tests' maxima add up to 145 (100 required, 45 bonus): Gradescope's total is the instructor's to set.
+    # The tests' maxima add up to 160 (100 required, 60 bonus): Gradescope's total is the instructor's to set.
     assert cli.main(["--gradescope-bundle", str(tmp_path / "autograder.zip")]) == 0
     err = capsys.readouterr().err
     assert "set the assignment's total points to 100, the required modules' (naive 20, online_softmax 15, " \
            "tiled 25, forward 40)" in err, err
-    assert "(backward 20, decode 15, ring 10) come on top, so a submission scores up to 145 / 100; 145, the sum " \
+    assert "(windows 15, backward 20, decode 15, ring 10) come on top, so a submission scores up to 160 / 100; 160, " \
+           "the sum " \
            "of the tests' maxima, is not the total to set" in err, err
     hidden = folder(tmp_path, "hidden", {"test_hidden_naive.py": HIDDEN_TEST})  # 5 points, not a bonus
     assert cli.main(["--gradescope-bundle", str(tmp_path / "with_hidden.zip"), "--extra-tests", str(hidden)]) == 0
     err = capsys.readouterr().err
     assert "total points to 105, the required modules' (naive 20, online_softmax 15, tiled 25, forward 40; " \
-           "hidden tests 5)" in err and "up to 150 / 105" in err, err
+           "hidden tests 5)" in err and "up to 165 / 105" in err, err
 
 
 def test_the_gradescope_fallback_is_json_when_the_grader_cannot_start(tmp_path):

@@ -59,7 +59,7 @@ def names_in(path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def solved_zip(tmp_path_factory):
-    """`make submission` in a course copy whose seven graded files are the solutions: (zip, make's output)."""
+    """`make submission` in a course copy whose eight graded files are the solutions: (zip, make's output)."""
     root = tmp_path_factory.mktemp("course")
     course(root, solved=layout.GRADED_FILES, whole=True)
     venv = layout.COURSE_DIR / ".venv"

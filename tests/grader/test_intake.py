@@ -150,13 +150,14 @@ def test_every_ignored_file_is_named_with_its_nearest_graded_name(tmp_path):
     # Nothing graded: the line that stops the grader names the misnamed files itself, and what to hand in.
     sub = submission.read(make_zip(tmp_path / "bob.zip", members))
     assert sub.stop == ("nothing to grade: no graded file found (expected naive.py, online_softmax.py, tiled.py, "
-                        "forward.py, backward.py, decode.py, ring.py) among its 6 files; hw/Naive.py is not named "
+                        "forward.py, windows.py, backward.py, decode.py, ring.py) among its 6 files; hw/Naive.py is "
+                        "not named "
                         "naive.py; hw/my_tiled_test.py is not named tiled.py; hw/forward.py.txt is not named "
                         "forward.py; hw/forward (1).py is not named forward.py; hand in gqa_flash/naive.py, "
                         "gqa_flash/tiled.py, "
                         "gqa_flash/forward.py (your graded files), e.g. with make submission"), sub.stop
     assert sub.notes == ["ignored hw/notes.txt, hw/report.pdf: only naive.py, online_softmax.py, tiled.py, "
-                         "forward.py, backward.py, decode.py, ring.py are graded", sub.stop], sub.notes
+                         "forward.py, windows.py, backward.py, decode.py, ring.py are graded", sub.stop], sub.notes
 
 
 def test_a_near_name_beside_the_graded_file_says_which_was_graded(tmp_path):
@@ -221,11 +222,11 @@ def test_an_empty_zip_stops(tmp_path):
     sub = submission.read(make_zip(tmp_path / "empty.zip", {}), expected=expected)
     assert sub.stop == ("empty.zip is empty: no graded file found (expected naive.py, tiled.py); hand in "
                         "gqa_flash/naive.py, gqa_flash/tiled.py (your graded files), e.g. with make submission")
-    # Every module: the bonus files are asked for only if started, as the README says (it listed all seven).
+    # Every module: the bonus files are asked for only if started, as the README says (it listed all of them).
     whole = submission.read(make_zip(tmp_path / "erin.zip", {}))
     assert whole.stop.endswith("hand in gqa_flash/naive.py, gqa_flash/online_softmax.py, gqa_flash/tiled.py, "
                                "gqa_flash/forward.py (your graded files), and each bonus file you started "
-                               "(backward.py, decode.py, ring.py), e.g. with make submission"), whole.stop
+                               "(windows.py, backward.py, decode.py, ring.py), e.g. with make submission"), whole.stop
     # The review column cuts it at a word, never inside the open parenthesis of the expected files.
     assert report.short(whole.stop) == "erin.zip is empty: no graded file found…"
     junk = submission.read(make_zip(tmp_path / "junk.zip", {"__MACOSX/._x": b"\0", ".DS_Store": b"\0"}))
@@ -272,7 +273,7 @@ def test_a_zip_inside_a_zip(tmp_path):
     sub = submission.read(outer, expected=("naive.py",))
     assert sub.files == {"naive.py": NAIVE}, sub.notes
     assert sub.notes == ["ignored alice/README.md: only naive.py, online_softmax.py, tiled.py, forward.py, "
-                         "backward.py, decode.py, ring.py are graded"], sub.notes
+                         "windows.py, backward.py, decode.py, ring.py are graded"], sub.notes
     # A Moodle folder holding the student's zip: read the same way.
     folder = make_folder(tmp_path / "José García_12345_assignsubmission_file_", {"hw.zip": inner.read_bytes()})
     assert submission.read(folder).files == {"naive.py": NAIVE}
@@ -358,11 +359,12 @@ def test_a_download_that_is_not_a_zip_is_one_submission_that_says_so(tmp_path):
 def test_a_bonus_not_handed_in_is_a_note_of_its_own(tmp_path):
     required = {"naive.py": NAIVE, "online_softmax.py": b"x = 1\n", "tiled.py": TILED, "forward.py": FORWARD}
     sub = submission.read(make_folder(tmp_path / "all", required))
-    assert sub.notes == ["bonus not handed in: backward.py, decode.py, ring.py (graded as the stubs: no bonus "
-                         "points)"], sub.notes
+    assert sub.notes == ["bonus not handed in: windows.py, backward.py, decode.py, ring.py (graded as the stubs: "
+                         "no bonus points)"], sub.notes
     sub = submission.read(make_folder(tmp_path / "some", {"naive.py": NAIVE, "decode.py": b"x = 1\n"}))
     assert sub.notes == ["missing online_softmax.py, tiled.py, forward.py: graded as the unmodified stub",
-                         "bonus not handed in: backward.py, ring.py (graded as the stubs: no bonus points)"]
+                         "bonus not handed in: windows.py, backward.py, ring.py (graded as the stubs: no bonus "
+                         "points)"]
     sub = submission.read(make_folder(tmp_path / "one", {"naive.py": NAIVE}), expected=("naive.py",))
     assert sub.notes == []
 
@@ -375,5 +377,6 @@ def test_a_whole_course_folders_stubs_are_not_called_graded(tmp_path):
     ignored = len(members) - len(layout.GRADED_FILES)
     assert sub.notes == [f"a whole course folder: graded naive.py, online_softmax.py, forward.py from its package "
                          f"gqa-flash-main/gqa_flash/, ignored its other {ignored} files; tiled.py is still the stub "
-                         "handed out: not started; not graded: backward.py, decode.py, ring.py, still the stubs "
+                         "handed out: not started; not graded: windows.py, backward.py, decode.py, ring.py, still "
+                         "the stubs "
                          "handed out (bonus not started)"], sub.notes

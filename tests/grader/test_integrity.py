@@ -243,6 +243,21 @@ def test_the_honest_kernel_passes_the_guard():
     testing.assert_attention_matches(out, q, k, v, causal=True, sm_scale=None, return_lse=False)
 
 
+@pytest.mark.skipif(not (SOLUTIONS / "windows.py").is_file(), reason="the student edition has no solutions/")
+def test_the_helpers_of_the_file_windows_py_builds_on_are_its_own_work(monkeypatch):
+    # windows.py calls forward.py's helpers (layout's builds_on). With the completed files behind the switch,
+    # forward's are in solutions/, which the guard refuses to any other file: to windows.py they are its own.
+    monkeypatch.setenv("GQA_FLASH_IMPL", "solutions")
+    q, k, v = testing.random_qkv(seq_len=40, head_dim=16)
+    with testing.kernel_only("flash_attention_forward", part="windows") as launches:
+        out = gqa_flash.flash_attention_forward(q, k, v, window=5, sink_tokens=1)
+    assert launches.count == 1
+    testing.assert_matches("O", out, gqa_flash.reference_attention(q, k, v, window=5, sink_tokens=1)[0], q.dtype)
+    with pytest.raises(integrity.IntegrityViolation, match=r"^integrity: forward\.py "):  # not the other way round
+        with testing.kernel_only():
+            gqa_flash.flash_attention_forward(q, k, v, window=5)
+
+
 @triton.jit
 def _copy_by_descriptors(X, Y, N, D, stride_n, BLOCK: tl.constexpr, DP: tl.constexpr):
     src = tl.make_tensor_descriptor(X, shape=[N, D], strides=[stride_n, 1], block_shape=[BLOCK, DP])

@@ -1,7 +1,7 @@
 """The stubs as a student first meets them: ``make test-graded`` on a fresh course.
 
 (That every graded test fails on the stubs, a test that cannot fail being a defect, is
-tests/grader/test_not_started.py's: it hands in all seven stubs and runs every test. Grading an
+tests/grader/test_not_started.py's: it hands in all eight stubs and runs every test. Grading an
 empty folder proved nothing: the grader stops it as "nothing to grade" and runs no test.)
 """
 

@@ -71,7 +71,7 @@ def _m(name, file, bug, *edits, survives="", loses=0.0):
 
 
 # The per-module lists import _m from here: gather them last.
-from mutants import backward, decode, forward, naive, online_softmax, ring, tiled  # noqa: E402
+from mutants import backward, decode, forward, naive, online_softmax, ring, tiled, windows  # noqa: E402
 
-MUTANTS = [*naive.MUTANTS, *online_softmax.MUTANTS, *tiled.MUTANTS, *forward.MUTANTS, *backward.MUTANTS,
-           *decode.MUTANTS, *ring.MUTANTS]
+MUTANTS = [*naive.MUTANTS, *online_softmax.MUTANTS, *tiled.MUTANTS, *forward.MUTANTS, *windows.MUTANTS,
+           *backward.MUTANTS, *decode.MUTANTS, *ring.MUTANTS]

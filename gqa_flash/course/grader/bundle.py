@@ -17,7 +17,7 @@ run_autograder with the current Python on every ``make test``; setup.sh and thre
 ``make test-gradescope``).
 
 The assignment's total on Gradescope is the instructor's to set, and the tests' maxima do not give it: they add
-up to 145 (100 required, 45 bonus). :func:`total_note` says what to set (100, plus any hidden tests' points), and
+up to 160 (100 required, 60 bonus). :func:`total_note` says what to set (100, plus any hidden tests' points), and
 :func:`write_bundle` prints it on stderr when it writes the zip.
 """
 

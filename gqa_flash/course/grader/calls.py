@@ -213,7 +213,8 @@ class Executor:
 
     def score_tiles(self, kernel: str = "forward", **kwargs) -> tuple[dict, dict]:
         """Each program's score tiles, counted in the interpreter: ``kernel`` "forward"
-        (tile_counts.score_tiles_per_program) or "backward" (tile_counts.backward_score_tiles_per_program)."""
+        (tile_counts.score_tiles_per_program), "windows" (tile_counts.windowed_score_tiles_per_program) or
+        "backward" (tile_counts.backward_score_tiles_per_program)."""
         request = {"op": "score_tiles", "kwargs": kwargs} | ({"kernel": kernel} if kernel != "forward" else {})
         counts, config = self.in_interpreter().request(request).value
         return counts, config

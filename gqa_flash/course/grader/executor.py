@@ -16,6 +16,7 @@ error. A request is one of
   reductions refused;
 * ``score_tiles``, ``probe`` and ``ring``: the course's own harnesses, run on
   the student's module (the causal-skip count of the forward's kernel or, with
+  ``"kernel": "windows"``, the window's skip of windows.py's, or with
   ``"kernel": "backward"``, of the backward's two, notebook 04's probes of one
   helper, ring attention on gloo processes).
 
@@ -263,16 +264,18 @@ def handle(request: dict) -> dict:
             with audit.graded_call(), watching(request.get("watch") or {}, seen):
                 value = dense(entry(str(request["entry"]))(*request.get("args", ()), **request.get("kwargs", {})))
             return {"ok": True, "value": value, "seen": seen}
-        if op == "score_tiles":  # the causal skip, counted: the forward's kernel, or the backward's two
+        if op == "score_tiles":  # the skip, counted: the forward's kernel, windows.py's, or the backward's two
             from gqa_flash.course import tile_counts
 
             kernel = request.get("kernel", "forward")
-            if kernel not in ("forward", "backward"):
+            if kernel not in ("forward", "windows", "backward"):
                 raise ValueError(f"the executor counts the score tiles of no kernel {kernel!r}")
             _interpreter_only(op)
             with audit.graded_call():
                 if kernel == "forward":
                     counts, config = tile_counts.score_tiles_per_program(**request["kwargs"])
+                elif kernel == "windows":
+                    counts, config = tile_counts.windowed_score_tiles_per_program(**request["kwargs"])
                 else:  # under kernel_only, its default guard: the graded file's own kernels
                     counts, config = tile_counts.backward_score_tiles_per_program(
                         **{k: v for k, v in request["kwargs"].items() if k != "guard"})

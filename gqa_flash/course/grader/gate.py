@@ -35,6 +35,7 @@ EXERCISES: dict[str, Exercise] = {
     "online_softmax.py": Exercise(_PYTORCH),
     "tiled.py": Exercise(_PYTORCH),
     "forward.py": Exercise(_TRITON, kernel=True),
+    "windows.py": Exercise(_TRITON, kernel=True),  # and forward.py's helpers, through its stub's impl.load
     "backward.py": Exercise(_TRITON, kernel=True),
     "decode.py": Exercise(_TRITON, kernel=True),
     "ring.py": Exercise(_PYTORCH + ("torch.distributed",)),  # a module it may import it may use: dist.*
@@ -96,7 +97,9 @@ FRAME_PREFIXES = ("f_", "co_", "gi_", "cr_", "ag_", "tb_")
 GIVEN_DENIED = NEVER_IMPORT | {"torch", "triton", "tl", "F", "dist", "nn", "functional", "language", "np"} | {
     "address_check", "api", "backward", "context_parallel", "decode", "decode_launch", "fast", "forward", "grader",
     "impl", "integrity", "kv_cache", "lab", "launch", "layout", "naive", "online_softmax", "reference", "ring",
-    "runtime", "testing", "tile_counts", "tiled", "traffic", "validation",
+    "runtime", "testing", "tile_counts", "tiled", "traffic", "validation", "windows",
+    # what the switch (impl, which windows.py's stub imports for impl.load) knows of the completed files
+    "SOLUTIONS_DIR", "COMPLETED_PACKAGE", "completed_dir", "source_dir", "path_of",
 }
 
 HINTS = {

@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from gqa_flash.course import layout
 from gqa_flash.course.grader import downloads, gate, sandbox, submission, testrun
 from gqa_flash.course.grader.platforms import Student
 from gqa_flash.course.grader.report import GATE, NOT_GRADED, Report, student_name, total
@@ -52,7 +53,7 @@ def grade(source: Path | downloads.Piece | None = None, *, course: sandbox.Cours
     course = course or sandbox.snapshot()
     limits = limits or Limits()
     test_files = course.tests_of(only)
-    expected = [f"{p}.py" for p in parts_of(course, only)]
+    expected = needed_files(parts_of(course, only))
     piece = source if isinstance(source, downloads.Piece) else None
     sub = submission.read(piece.folder if piece else source, expected=[f for f in course.graded_files if f in expected])
     report = Report(submission=submission_name(source), notes=list(sub.notes), files=sorted(sub.files),
@@ -197,6 +198,16 @@ def grade_batch(sources: list[Path], *, course: sandbox.Course, only=None, limit
 def parts_of(course: sandbox.Course, only=None) -> list[str]:
     parts = [Path(t).stem.removeprefix("test_") for t in course.tests_of(only) if t.startswith("tests/graded/")]
     return list(dict.fromkeys(parts))
+
+
+def needed_files(parts) -> list[str]:
+    """The graded files the tests of ``parts`` run: each part's own, then those it builds on (windows.py calls
+    forward.py's helpers, so windows.py graded alone still runs on the submission's forward.py)."""
+    files = [f"{p}.py" for p in parts]
+    for p in parts:
+        info = layout.STUDENT_FILES.get(p)
+        files += [f"{b}.py" for b in (info.builds_on if info else ()) if f"{b}.py" not in files]
+    return files
 
 
 def has_hidden(course: sandbox.Course, only=None) -> bool:

@@ -8,6 +8,7 @@ them::
         online_softmax.py
         tiled.py
         forward.py
+        windows.py       bonus, only once you have started it
         backward.py      bonus, only once you have started it
         decode.py        bonus, only once you have started it
         ring.py          bonus, only once you have started it

@@ -70,9 +70,10 @@ USUAL_IMPORTS = {"torch", "triton", "math", "numpy", "typing", "__future__", "fu
 UNUSUAL_CALLS = {"__import__", "exec", "eval", "compile", "open", "setattr", "globals", "vars"}
 # gqa_flash.course.decode_launch (decode.py's given host side) and gqa_flash.course.launch under it: no answer
 # there; they launch the kernels they are given; gqa_flash.course.context_parallel: ring.py's given layouts,
-# transfers and block attention
+# transfers and block attention; gqa_flash.course.impl: how windows.py reaches the student's own forward.py
 USUAL_COURSE_IMPORTS = ({"gqa_flash", "gqa_flash.course", "gqa_flash.course.runtime", "gqa_flash.course.launch",
-                         "gqa_flash.course.decode_launch", "gqa_flash.course.context_parallel"}
+                         "gqa_flash.course.decode_launch", "gqa_flash.course.context_parallel",
+                         "gqa_flash.course.impl"}
                         | {f"gqa_flash.{m}" for m in layout.GRADED_MODULES})
 PACKAGES = ("gqa_flash", "gqa_flash.course")  # `from P import name` imports P.name
 # Names through which graded code could reach the course's answers, or its guards: worth an integrity flag.

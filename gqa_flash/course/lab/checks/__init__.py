@@ -31,10 +31,13 @@ One module per lesson:
     primer.py         notebook 03b (practice, not graded): the Triton primer's eight puzzles, each check given
                       your kernel
     primer_launch.py  notebook 03b: launching your kernel, judging what it wrote (and, in puzzle 3, read)
-    probes.py         notebooks 04 and 07: tiny kernels that call one helper of forward.py or decode.py
+    probes.py         notebooks 04, 04b and 07: tiny kernels that call one helper of forward.py, windows.py or
+                      decode.py
     kernel_walk.py    notebook 04: forward.py Parts 1-3 (ids, tile loads, the key loop)
     kernel_parts.py   notebook 04: forward.py Parts 4-6 (update, mask, epilogue), each alone
     kernel.py         notebook 04: the whole kernel, and its error map
+    windows.py        notebook 04b (bonus): windows.py's three parts, each alone, and the whole file through the
+                      public API
     backward.py       notebook 06 (bonus): backward.py
     backward_walks.py notebook 06 (bonus): backward.py's walks (the rows each program walked, the causal skip
                       counted) and whether training can run yet
@@ -45,11 +48,11 @@ One module per lesson:
     ring.py           notebook 08 (bonus): ring.py's three parts, and the ring on gloo processes
 
 ``python -m gqa_flash.course.lab.checks`` prints :func:`progress`: one line per check, or one per graded file
-not started yet (still its stub, as the grader judges it), the bonus files (notebooks 06, 07 and 08) last.
+not started yet (still its stub, as the grader judges it), the bonus files (notebooks 04b, 06, 07 and 08) last.
 """
 
 from gqa_flash.course import impl
-from gqa_flash.course.lab.checks import backward, decode, decode_parts, kernel, kernel_parts, ring
+from gqa_flash.course.lab.checks import backward, decode, decode_parts, kernel, kernel_parts, ring, windows
 from gqa_flash.course.lab.checks.backward import check_backward, check_delta, check_dkdv, check_dq, check_gqa_sum
 from gqa_flash.course.lab.checks.common import PARTS, Verdict, explain, rel, what_of
 from gqa_flash.course.lab.checks.decode import check_decode
@@ -72,6 +75,9 @@ from gqa_flash.course.lab.checks.ring import (
 from gqa_flash.course.lab.checks.softmax import check_block_state, check_merge_states, check_online_softmax
 from gqa_flash.course.lab.checks.tiled import check_tiled
 from gqa_flash.course.lab.checks.traffic import check_launch_order, check_traffic_model
+from gqa_flash.course.lab.checks.windows import (
+    check_sink_state, check_window_key_loop, check_window_mask, check_windows,
+)
 
 # Every checked graded file, in course order: (module, its checks, the whole-file check that reuses their
 # verdicts, or None).
@@ -80,12 +86,13 @@ _FILES = (
     ("online_softmax", (check_block_state, check_merge_states, check_online_softmax), None),
     ("tiled", (check_tiled,), None),
     ("forward", kernel_parts.PART_CHECKS, kernel.check_forward),
+    ("windows", windows.PART_CHECKS, windows.check_windows),
     ("backward", backward.PART_CHECKS, backward.check_backward),
     ("decode", decode_parts.PART_CHECKS, decode.check_decode),
     ("ring", ring.PART_CHECKS, ring.check_ring_attention),
 )
 NOT_STARTED = "not started (still the stub you were given)"  # the grader's words for such a file, too
-BONUS_HEADING = "bonus, notebooks 06, 07 and 08 (beyond the 100 points):"
+BONUS_HEADING = "bonus, notebooks 04b, 06, 07 and 08 (beyond the 100 points):"
 
 
 def not_started() -> set[str]:
@@ -111,8 +118,8 @@ def not_started() -> set[str]:
 def verdicts() -> list[Verdict]:
     """Every check's verdict, in course order: the required ones, then the bonus (``verdict.bonus``).
 
-    Each whole-file check (forward.py, backward.py, decode.py, ring.py) comes after its parts and reuses their
-    verdicts rather than running them twice. A file not started yet (still its stub) is one verdict, worded
+    Each whole-file check (forward.py, windows.py, backward.py, decode.py, ring.py) comes after its parts and
+    reuses their verdicts rather than running them twice. A file not started yet (still its stub) is one verdict, worded
     the same for every file, and its checks are not run.
     """
     fresh, out = not_started(), []
@@ -162,6 +169,10 @@ __all__ = [
     "check_epilogue",
     "check_forward",
     "why_not_run_forward",
+    "check_window_mask",
+    "check_window_key_loop",
+    "check_sink_state",
+    "check_windows",
     "check_delta",
     "check_dkdv",
     "check_gqa_sum",

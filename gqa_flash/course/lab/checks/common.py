@@ -36,7 +36,7 @@ from gqa_flash.course.lab.checks.triton_errors import (
 )
 
 # Every checked file's parts, numbered as the banners in the file number them, and the files beyond the 100
-# points (notebooks 06, 07 and 08): the registry's (gqa_flash/course/layout.py).
+# points (notebooks 04b, 06, 07 and 08): the registry's (gqa_flash/course/layout.py).
 PARTS = layout.PARTS
 BONUS = layout.BONUS_MODULES
 
@@ -44,6 +44,7 @@ BONUS = layout.BONUS_MODULES
 # carry the kernel's source, not a line of your file).
 KERNEL_PARTS = {
     "forward": {name: part for part, name in PARTS["forward"].items()},
+    "windows": {name: part for part, name in PARTS["windows"].items()},
     "backward": {"backward_preprocess": 1, "backward_dkdv": 2, "group_query_head": 3, "backward_dq": 4},
     "decode": {name: part for part, name in PARTS["decode"].items()},
 }
@@ -69,7 +70,7 @@ class Verdict:
 
     @property
     def bonus(self) -> bool:
-        """True for a bonus file's verdict (backward.py, decode.py, ring.py): not part of the 100 points."""
+        """True for a bonus file's verdict (windows.py, backward.py, decode.py, ring.py): beyond the 100 points."""
         return self.what.split(".py")[0] in BONUS
 
     def headline(self) -> str:

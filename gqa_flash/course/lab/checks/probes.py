@@ -1,4 +1,4 @@
-"""Notebooks 04 and 07: the probes, one tiny Triton kernel per part of forward.py and of decode.py.
+"""Notebooks 04, 04b and 07: the probes, one tiny Triton kernel per part of forward.py, windows.py, decode.py.
 
 The kernel parts of ``forward.py`` are small ``@triton.jit`` helpers, and each
 is checked on its own by a *probe*: an ordinary kernel that loads chosen
@@ -13,14 +13,15 @@ kernel_parts.py (Parts 4-6). For two mistakes that only a GPU would show
 (a masked load with no ``other``, batch and head offsets in int32) the
 interpreter's loads and stores are swapped, for the length of a probe, for
 ones that show them (the end of this file). decode.py's probes
-(``dec.group_tile(...)`` and the others) are launched by decode_parts.py.
+(``dec.group_tile(...)`` and the others) are launched by decode_parts.py, and
+windows.py's (``win.window_mask(...)``...) by windows.py.
 
 Why a fresh kernel per version: a compiled Triton kernel remembers the code of
 every helper it calls (it hashes them once, on first launch). If the probe
 were a single global kernel, editing forward.py would leave it running your
 old helper on a GPU. So each time the file changes (impl.load re-executes
 it, which makes new helper objects) we build new probe kernels, each with its
-own globals dict in which ``fwd`` (or ``dec``) is the module; that dict never
+own globals dict in which ``fwd`` (or ``dec``, ``win``) is the module; that dict never
 changes, so Triton's "global variable changed since compiled" check stays quiet. In the
 interpreter the same code runs as Python, unchanged.
 """
@@ -253,6 +254,75 @@ def _probe_merge_splits(ACC, L, M, O_OUT, LSE_OUT, BLOCK_R: tl.constexpr, SPLITS
 _DECODE_PROBES = (_probe_group_tile, _probe_page_slots, _probe_split_partial, _probe_merge_splits)
 
 
+# --- windows.py (notebook 04b): ``win`` is your windows module ----------------------------------------------
+#
+# Part 2's two probes run your window_key_loop with its Part 1 and forward.py's Part 4 replaced by the
+# recorders of forward.py's Part 3 probes (your forward.load_tile stays): one records the walk, one the scores.
+
+
+def _probe_window_mask(S, OUT, SEQ_LEN, WINDOW, SINK_TOKENS, stride_row, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    """Part 1: query block program_id(0) against key block program_id(1)."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offsets = offs_m[:, None] * stride_row + offs_n[None, :]
+    s = tl.load(S + offsets)
+    tl.store(OUT + offsets, win.window_mask(s, offs_m, offs_n, SEQ_LEN, WINDOW, SINK_TOKENS))  # noqa: F821
+
+
+@triton.jit
+def _mark_masked_window(s, offs_m, offs_n, SEQ_LEN, WINDOW, SINK_TOKENS):
+    """Part 2's stand-in for Part 1: marks the block as masked instead of masking it."""
+    return s - 1.0
+
+
+@triton.jit
+def _keep_window_scores(s, offs_m, offs_n, SEQ_LEN, WINDOW, SINK_TOKENS):
+    """Part 2's other stand-in for Part 1: masks nothing, so the recorder sees every score the loop computed."""
+    return s
+
+
+def _probe_window_key_loop(Q, K, V, ACC_OUT, BLOCKS_OUT, SEQ_LEN, BATCH, HEAD, qk_scale, WINDOW, SINK_TOKENS,
+                           stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                           SCORES: tl.constexpr):
+    """Part 2: your window_key_loop from a fresh state, with recorders for Parts 1 and 4 (SCORES: the scores'
+    recorder, else the walk's); stores what they recorded. Q is [query tiles * BLOCK_M, HEAD_DIM], contiguous."""
+    tile = tl.program_id(0)
+    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + offs_m[:, None] * HEAD_DIM + offs_d[None, :])
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], -1e30, dtype=tl.float32)
+    if SCORES:
+        acc, l_i, m_i = scored_window_loop(  # noqa: F821
+            acc, l_i, m_i, q, K, V, tile * 0 + BATCH, tile * 0 + HEAD,
+            stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+            tile, offs_m, offs_d, qk_scale, SEQ_LEN, HEAD_DIM, WINDOW, SINK_TOKENS, BLOCK_M, BLOCK_N, "ieee")
+    else:
+        acc, l_i, m_i = walked_window_loop(  # noqa: F821
+            acc, l_i, m_i, q, K, V, tile * 0 + BATCH, tile * 0 + HEAD,
+            stride_kb, stride_kh, stride_kn, stride_kd, stride_vb, stride_vh, stride_vn, stride_vd,
+            tile, offs_m, offs_d, qk_scale, SEQ_LEN, HEAD_DIM, WINDOW, SINK_TOKENS, BLOCK_M, BLOCK_N, "ieee")
+    tl.store(ACC_OUT + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc)
+    tl.store(BLOCKS_OUT + offs_m, l_i)
+
+
+def _probe_sink_state(SINKS, ACC_OUT, L_OUT, M_OUT, HAS_SINKS: tl.constexpr, BLOCK_M: tl.constexpr,
+                      HEAD_DIM_PAD: tl.constexpr):
+    """Part 3: the state of query head program_id(0)'s rows before their first key."""
+    head = tl.program_id(0)
+    acc, l_i, m_i = win.sink_state(SINKS, head, HAS_SINKS, BLOCK_M, HEAD_DIM_PAD)  # noqa: F821
+    rows = head * BLOCK_M + tl.arange(0, BLOCK_M)
+    tl.store(ACC_OUT + rows[:, None] * HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_PAD)[None, :], acc)
+    tl.store(L_OUT + rows, l_i)
+    tl.store(M_OUT + rows, m_i)
+
+
+_WINDOW_PROBES = (_probe_window_mask, _probe_window_key_loop, _probe_sink_state)
+
+
 # --- building the probes for one version of your file -------------------------------------------
 
 
@@ -298,6 +368,26 @@ def _forward_scope(fwd):
     recorded = _rebind(loop, {"online_softmax_update": _record_update, "mask_scores": _mark_masked})
     scored = _rebind(loop, {"online_softmax_update": _record_scores, "mask_scores": _keep_scores})
     return {"fwd": fwd, "recorded_key_loop": recorded, "scored_key_loop": scored}
+
+
+def _windows_scope(win):
+    # Part 2's probes: your window_key_loop, its `forward` a module of your forward.py's load_tile and a recorder
+    # for the update, its window_mask a stand-in (a module: Triton reads attributes of modules only).
+    fwd = win.forward if isinstance(getattr(win, "forward", None), types.ModuleType) else load("forward")
+    loop = win.window_key_loop.fn
+    scopes = {}
+    for name, update, mask in (("walked", _record_update, _mark_masked_window),
+                               ("scored", _record_scores, _keep_window_scores)):
+        recorders = types.ModuleType(f"forward_{name}")
+        recorders.load_tile, recorders.online_softmax_update = fwd.load_tile, update
+        recorders.mask_scores = fwd.mask_scores
+        scopes[f"{name}_window_loop"] = _rebind(loop, {"forward": recorders, "window_mask": mask})
+    return {"win": win, **scopes}
+
+
+def windows_parts():
+    """Your windows module and its probe kernels; a missing helper stops the check."""
+    return _module_and_probes("windows", _WINDOW_PROBES, _windows_scope)
 
 
 def forward_parts():
