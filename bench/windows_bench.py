@@ -5,8 +5,8 @@
 
 bf16, 32 query heads on 8 KV heads, batch 1, causal sliding window W (query i sees keys i-W+1 .. i). For each
 shape, forward and then forward + backward, timed through what a user calls:
-  course      gqa_flash.fast_attention_forward(q, k, v, window=W), and gqa_flash.flash_attention(..., window=W)
-              for the backward;
+  course      gqa_flash.fast_attention_forward(q, k, v, window=W), and gqa_flash.flash_attention(..., window=W,
+              fast=True) for the backward;
   flex        FlexAttention (torch.compile'd) with a sliding-window block mask (create_block_mask of
               q_idx - W < kv_idx <= q_idx), the way FlexAttention expresses windows;
   sdpa_mask   F.scaled_dot_product_attention with the window as an explicit boolean mask, up to 16k tokens
@@ -110,7 +110,7 @@ def main(argv=None):
                         for p in names:
                             leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
                             try:
-                                o = (gqa_flash.flash_attention(*leaves, window=win) if p == "course"
+                                o = (gqa_flash.flash_attention(*leaves, window=win, fast=True) if p == "course"
                                      else forward[p](*leaves, win))
                             except Exception as e:
                                 print(f"backward d{d} n{n} w{win} {p}: forward failed: {type(e).__name__}", flush=True)

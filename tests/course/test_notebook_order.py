@@ -24,7 +24,7 @@ NOTEBOOKS = COURSE / "notebooks"
 GRADED = COURSE / "tests" / "graded"
 REQUIRED = ("test_naive.py", "test_online_softmax.py", "test_tiled.py", "test_forward.py")  # the 100 points
 # The notebooks these tests hold to their word (the ones this file was written for; add others as they comply).
-CHECKED = ("00_setup_and_map", "04_triton_kernel", "08_context_parallel")
+CHECKED = ("00_setup_and_map", "04_triton_kernel", "04b_windows_and_sinks", "08_context_parallel")
 
 
 def cells(name: str, kind: str | None = None) -> list[dict]:
@@ -111,7 +111,8 @@ def test_00_and_04_agree_on_the_kernels_corner_case():
 
 # --- the parts, in order -------------------------------------------------------------------------------------
 
-PART_NOTEBOOKS = [("04_triton_kernel", "forward.py"), ("07_decoding", "decode.py"), ("08_context_parallel", "ring.py")]
+PART_NOTEBOOKS = [("04_triton_kernel", "forward.py"), ("04b_windows_and_sinks", "windows.py"),
+                  ("07_decoding", "decode.py"), ("08_context_parallel", "ring.py")]
 BANNER = re.compile(r"STUDENT IMPLEMENTATION REQUIRED HERE \(Part (\d+)\)")
 
 

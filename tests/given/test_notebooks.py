@@ -29,7 +29,7 @@ from gqa_flash.course import layout
 
 COURSE = layout.COURSE_DIR
 STUBS_KNOWN = (COURSE / "solutions").is_dir()  # else: the student edition, whose graded files are the student's
-EXERCISE_NOTEBOOKS = ("00", "01", "02", "03", "03b", "04")  # the graded path and 03b's puzzles: checks of student code
+EXERCISE_NOTEBOOKS = ("00", "01", "02", "03", "03b", "04", "04b")  # the graded path, 03b's puzzles, 04b's bonus
 NOTEBOOKS = sorted((COURSE / "notebooks").glob("[0-9][0-9]*_*.ipynb"))  # 00_... to 07_..., and 03b_triton_primer
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 STUDENT_CHECK = re.compile(r"\b\w*checks\.(check_\w+|progress)\(")

@@ -1,7 +1,8 @@
 """Sliding windows and attention sinks on a GPU: the fast kernels through the public API, bf16 and fp16.
 
 FlashAttention's own windowed tests (tests/test_flash_attn.py, ``local=True``: random left windows, right 0
-under the causal mask, ragged lengths), ported onto ``gqa_flash.flash_attention`` with FlashAttention's
+under the causal mask, ragged lengths), ported onto ``gqa_flash.flash_attention`` (its forward the fast
+kernel's or the graded windows.py's, its backward the fast one's) with FlashAttention's
 acceptance rule: the kernel's error against a float32 reference is at most twice that of PyTorch's own
 attention in the input's dtype (plus a small floor), for O and for each gradient. Learned sinks and sink tokens
 join them, and dSinks is held to the float64 reference.
@@ -50,9 +51,10 @@ CASES = [  # (N, Hq, Hkv, D, dtype, window, sink_tokens, learned sinks): FlashAt
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "windows.py"])
 @pytest.mark.parametrize("case", CASES, ids=[f"n{c[0]}-h{c[1]}:{c[2]}-d{c[3]}-{str(c[4])[6:]}-w{c[5]}-s{c[6]}"
                                              f"-sinks{int(c[7])}" for c in CASES])
-def test_windowed_attention_on_gpu(case, seed):
+def test_windowed_attention_on_gpu(case, fast, seed):
     n, hq, hkv, d, dtype, window, sink_tokens, learned = case
     q, k, v = random_qkv(1, hq, hkv, n, d, dtype=dtype, seed=seed, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -70,7 +72,7 @@ def test_windowed_attention_on_gpu(case, seed):
                                                        s[0] if s else None), *wanted)
     plain = grads(lambda q_, k_, v_, *s: attention_in(dtype, q_, k_, v_, window, sink_tokens, s[0] if s else None),
                   *wanted)
-    ours = grads(lambda q_, k_, v_, *s: gqa_flash.flash_attention(q_, k_, v_, window=window,
+    ours = grads(lambda q_, k_, v_, *s: gqa_flash.flash_attention(q_, k_, v_, window=window, fast=fast,
                                                                   sink_tokens=sink_tokens, sinks=s[0] if s else None),
                  *wanted)
     for name, got, pt, r in zip(("O", "dQ", "dK", "dV", "dSinks"), ours, plain, ref):
