@@ -1,6 +1,6 @@
 """Sliding-window attention on a GPU: the course's fast kernels against FlexAttention and SDPA, in one run.
 
-    python bench/windows_bench.py --out DIR [--budget SECONDS] [--dims 128,64] [--lengths 4096,16384,65536]
+    python bench/explore_windows.py --out DIR [--budget SECONDS] [--dims 128,64] [--lengths 4096,16384,65536]
                                   [--windows 512,4096]
 
 bf16, 32 query heads on 8 KV heads, batch 1, causal sliding window W (query i sees keys i-W+1 .. i). For each
