@@ -43,7 +43,7 @@ test-browser: setup
 	GQA_FLASH_BROWSER_NOTEBOOKS= $(BIN)/python -m pytest -m browser tests/browser
 
 # Gradescope's autograder zip: make autograder [EXTRA_TESTS=hidden/]. It prints the total points to set the
-# assignment to on Gradescope: 100 (plus hidden tests'), not 145, the tests' maxima with the bonus.
+# assignment to on Gradescope: 100 (plus hidden tests'), not 160, the tests' maxima with the bonus.
 autograder: setup
 	$(BIN)/python -m gqa_flash.course.grader --gradescope-bundle autograder.zip $(if $(EXTRA_TESTS),--extra-tests $(EXTRA_TESTS))
 

@@ -5,18 +5,18 @@ epilogue), so these tests pass once both are right. Every call goes through the 
 (``flash_attention_forward(..., window=, sink_tokens=, sinks=)``), under ``kernel_only`` held to windows.py's own
 work, and is compared with the float64 reference (``reference_attention`` with the same options).
 
-Points follow harm (README, "How the points are shared"). 11 of the 15 are ordinary use: every case there has a
-window and sink tokens (inside a row's window and far outside it), and mixes grouped-query heads (1:1, 2:1,
-4:1), a length that is not a multiple of the tiles, fp32 or fp16, head dims 32, 80 and 96, K and V in layouts of
-their own, and windows shorter than a key block, as long as one or as a query tile, and longer. Learned sinks
-come in 7.5 of those points (one head's sink -inf in each case: a head with no sink), and windows alone, as
-Mistral's and Gemma's are, in the other 3.5. 7.5 judge O alone, and the LSE's 3.5 judge O and then the LSE
-(which counts the sinks). So a wrong window edge, sink tokens ignored or seen from their past, a sink left out of
-l_i or in the wrong units, or a running max that starts at -inf, loses at least half of the 15. The other 4 are
-corner cases: W = 1 (each row its own value) and a window as long as the sequence (causal attention), every sink
--inf (no sink), and the skip: a query tile loads only the key blocks some row of it sees (2.5 points, counted in
-the interpreter, as forward.py's causal skip is; a loop from key 0 is right, but does the O(N^2) work of causal
-attention where a window needs O(N W)).
+Points follow harm (README, "How the points are shared"). 11 of the 15 are ordinary use: every case there runs
+twice, with a window and sink tokens (inside a row's window and far outside it), and with the window alone, as
+Mistral's and Gemma's are (there a query tile's later rows meet a first key block they see none of); and it mixes
+grouped-query heads (1:1, 2:1, 4:1), a length that is not a multiple of the tiles, fp32 or fp16, head dims 32, 80
+and 96, K and V in layouts of their own, and windows shorter than a key block, as long as one or as a query tile,
+and longer. Learned sinks come in 7.5 of those points (one head's sink -inf in each case: a head with no sink). 7.5
+judge O alone, and the LSE's 3.5 judge O and then the LSE (which counts the sinks). So a wrong window edge, sink
+tokens ignored or seen from their past, a sink left out of l_i or in the wrong units, or a running max that starts
+at -inf, loses at least half of the 15. The other 4 are corner cases: W = 1 (each row its own value) and a window as
+long as the sequence (causal attention), every sink -inf (no sink), and the skip: a query tile loads only the key
+blocks some row of it sees (2.5 points, counted in the interpreter, as forward.py's causal skip is; a loop from key
+0 is right, but does the O(N^2) work of causal attention where a window needs O(N W)).
 """
 
 import pytest
@@ -34,6 +34,13 @@ def learned_sinks(n_q_heads, seed, minus_inf=False):
     if minus_inf:
         sinks[0] = float("-inf")
     return sinks
+
+
+def check_both(seed, window, sink_tokens, *args, **kwargs):
+    """``check`` with the case's sink tokens, then with its window alone (Mistral's and Gemma's windows have no
+    sink tokens; there a query tile's later rows meet a first key block they see none of)."""
+    check(seed, window, sink_tokens, *args, **kwargs)
+    check(seed, window, 0, *args, **kwargs)
 
 
 def check(seed, window, sink_tokens=0, sinks=None, lse=False, sm_scale=None, dtype=F32, layout="contiguous",
@@ -101,8 +108,8 @@ def test_windows_gqa_heads_and_head_dims(seed, case):
     # GQA 1:1, 2:1 and 4:1, head dims 32, 80 and 96, fp32 and fp16; each case with a window, sink tokens and
     # learned sinks (head 0's -inf: that head has none).
     n_q_heads, n_kv_heads, batch, seq_len, head_dim, dtype, window, sink_tokens, layout, v_layout = case
-    check(seed, window, sink_tokens, learned_sinks(n_q_heads, seed, minus_inf=True), dtype=dtype,
-          layout=layout, v_layout=v_layout, batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads,
+    check_both(seed, window, sink_tokens, learned_sinks(n_q_heads, seed, minus_inf=True), dtype=dtype,
+               layout=layout, v_layout=v_layout, batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads,
           seq_len=seq_len, head_dim=head_dim)
 
 
@@ -121,8 +128,8 @@ def test_windows_ragged_lengths_and_layouts(seed, case):
     # Lengths that are not a multiple of the tiles (the last query tile and key block partly padding), windows
     # as long as a key block and as a query tile, K and V in layouts of their own; no learned sinks.
     seq_len, window, sink_tokens, head_dim, dtype, layout, v_layout = case
-    check(seed, window, sink_tokens, dtype=dtype, layout=layout, v_layout=v_layout,
-          batch=2, n_q_heads=4, n_kv_heads=2, seq_len=seq_len, head_dim=head_dim)
+    check_both(seed, window, sink_tokens, dtype=dtype, layout=layout, v_layout=v_layout,
+               batch=2, n_q_heads=4, n_kv_heads=2, seq_len=seq_len, head_dim=head_dim)
 
 
 LSE_CASES = [  # (Hq, Hkv, N, D, dtype, W, S, sm_scale)
@@ -138,8 +145,9 @@ def test_windows_lse_counts_the_sinks(seed, case):
     # O, then the LSE: the natural log of the row's sum over the keys it sees, plus e^sink (a raw logit: no
     # sm_scale), float32 [B, Hq, N]. A chosen sm_scale, and one head whose sink is -inf.
     n_q_heads, n_kv_heads, seq_len, head_dim, dtype, window, sink_tokens, sm_scale = case
-    check(seed, window, sink_tokens, learned_sinks(n_q_heads, seed, minus_inf=True), lse=True, sm_scale=sm_scale,
-          dtype=dtype, batch=2, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=seq_len, head_dim=head_dim)
+    check_both(seed, window, sink_tokens, learned_sinks(n_q_heads, seed, minus_inf=True), lse=True,
+               sm_scale=sm_scale, dtype=dtype, batch=2, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads,
+               seq_len=seq_len, head_dim=head_dim)
 
 
 # --- corner cases: 4 points ---------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """Classic bugs of windows.py: see catalog.py for what a mutant is.
 
 ``loses``: 7.5, half of windows.py's 15, for a bug that shows in ordinary use. Every ordinary-use case of
-tests/graded/test_windows.py has a window and sink tokens, so a bug in the window's edge, the sink tokens or the
-causal rule fails all 11 of those points; learned sinks come in 7.5 of them (one head's sink -inf in each case),
-so a sink in the wrong units, left out of l_i, or a running max with no finite floor (NaN on the head whose sink
-is -inf) fails those 7.5. A key loop from key 0 is right, only slow: it loses the skip's count, 2.5 (README,
-"How the points are shared": a kernel that is right but does more work is a corner case).
+tests/graded/test_windows.py has a window, most of them sink tokens too, so a bug in the window's edge, the sink
+tokens or the causal rule fails most of those 11 points; learned sinks come in 7.5 of them (one head's sink -inf
+in each case), so a sink in the wrong units, left out of l_i, or a running max with no finite floor (NaN on the
+head whose sink is -inf) fails those 7.5; and a window alone (no sink tokens, as Mistral's and Gemma's) gives NaN
+rows to a running max that starts at -inf whatever the sinks. A key loop from key 0 is right, only slow: it loses
+the skip's count, 2.5 (README, "How the points are shared": a kernel that is right but does more work is a
+corner case).
 """
 
 from mutants.catalog import _m
@@ -49,4 +51,9 @@ MUTANTS = [
     _m("windows_max_starts_at_minus_inf", "windows.py",
        "m_i starts at the sink with no finite floor: -inf without one, and a fully masked block gives NaN",
        ("m_i = tl.maximum(sink, -1e30)", "m_i = sink"), loses=7.5),
+    _m("windows_max_starts_at_minus_inf_without_sinks", "windows.py",
+       "forward.py's start where there is no sink (m_i = -inf, l_i = 0), the sink folded in where there is one: a "
+       "window's first block, hidden from a tile's later rows, gives them NaN",
+       ("m_i = tl.maximum(sink, -1e30)\n    l_i = tl.exp2(sink - m_i)",
+        "m_i = sink\n    l_i = tl.where(sink > float(\"-inf\"), 1.0, 0.0)"), loses=7.5),
 ]

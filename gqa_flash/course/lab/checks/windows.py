@@ -215,9 +215,10 @@ def _walk_problem(probes, q, k, v, w, sink_tokens):
             j = int(extra.nonzero()[0])
             span = _span(j // bn * bn, j // bn * bn + bn - 1, n)
             if j < oldest:
+                cost = ("so the loop does the work of causal attention where a window needs O(W) keys a row"
+                        if j < bn and not sink_tokens else "work no row needs")
                 cause = (f"{span} is visited though no row of the tile sees it: its keys are older than the first "
-                         f"row's window (keys {oldest} and up) and not sink tokens, so the loop does the work of "
-                         "causal attention where a window needs O(W) keys a row")
+                         f"row's window (keys {oldest} and up) and not sink tokens, {cost}")
                 hint = ("start the window's run at the block holding the first row's oldest key, first row - W + "
                         "1 rounded down to a multiple of BLOCK_N, and walk the sink blocks apart")
             else:
@@ -315,8 +316,8 @@ def _state(probes, sinks, has_sinks):
 
 def _sink_cause(sink, l, m):
     """(cause, hint) of a wrong state for a row whose sink is ``sink`` (None: no sinks), or (None, None)."""
-    weight = l * 2.0 ** m if math.isfinite(m) else float("nan")
-    if l == 0 and m == float("-inf"):
+    weight = l * 2.0 ** m if not math.isnan(m) else float("nan")
+    if l == 0 and m == float("-inf") and sink is not None and math.isfinite(sink):  # a real sink left out, too
         return "the placeholder is still there: m_i = -inf, l_i = 0, forward.py's start, with no sink and no floor", \
             None
     if sink is None or sink == float("-inf"):
@@ -358,7 +359,7 @@ def check_sink_state():
             rows = slice(row, row + bm)
             same = all(torch.allclose(x[rows], x[row].expand(bm), rtol=0, atol=0, equal_nan=True) for x in (l_i, m_i))
             want = 0.0 if sink is None or sink == float("-inf") else math.exp(sink)
-            weight = l * 2.0 ** m if math.isfinite(m) else float("nan")
+            weight = l * 2.0 ** m if not math.isnan(m) else float("nan")
             right = (same and math.isfinite(m) and bool((acc[rows] == 0).all())
                      and (abs(weight - want) <= 1e-5 * want if want else weight == 0 and m <= _FLOOR_MAX))
             if right:
