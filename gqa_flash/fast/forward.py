@@ -541,7 +541,7 @@ def fast_attention_forward(q, k, v, causal=True, sm_scale=None, return_lse=False
     lse = torch.empty((batch, n_q_heads, seq_len), dtype=torch.float32, device=q.device)
     head_dim_pad = max(16, triton.next_power_of_2(head_dim))
     windowed, window, sink_tokens = kernel_window(window, sink_tokens)
-    sinks, has_sinks = kernel_sinks(sinks, q)
+    sinks, has_sinks = kernel_sinks(sinks, lse)
     key = ("forward", seq_len, n_q_heads, n_kv_heads, head_dim_pad, causal, window, q.dtype)
     plain = config is None and group_major and not windowed and not has_sinks  # what the Gluon kernel takes
     gpu = _cuda_gpu(q) if plain else None

@@ -80,10 +80,11 @@ def kernel_window(window, sink_tokens):
     return (window is not None), (0 if window is None else int(window)), (0 if window is None else int(sink_tokens))
 
 
-def kernel_sinks(sinks, like):
-    """The sinks a kernel reads (fp32, contiguous) and HAS_SINKS; without sinks a one-element stand-in."""
+def kernel_sinks(sinks, stand_in):
+    """The sinks a kernel reads (fp32, contiguous) and HAS_SINKS. Without sinks the kernel never reads SINKS, so
+    ``stand_in`` (an fp32 tensor the call has already, such as its LSE) fills the argument: nothing is allocated."""
     if sinks is None:
-        return torch.zeros(1, dtype=torch.float32, device=like.device), False
+        return stand_in, False
     return sinks.detach().to(torch.float32).contiguous(), True
 
 
