@@ -41,20 +41,10 @@ def score_tiles_per_program(seq_len=100, head_dim=32, causal=True, batch=1, n_q_
                                        causal=causal, batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads,
                                        seed=seed)
     import gqa_flash
-    from gqa_flash.course import impl
 
-    config = impl.load("forward").INTERPRETER_CONFIG
-    q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=seq_len,
-                         head_dim=head_dim, dtype=torch.float32, seed=seed, device="cpu")
-    counts: dict = {}
-
-    def record(builder):
-        program = tuple(int(i) for i in builder.grid_idx[:2])
-        counts[program] = counts.get(program, 0) + 1
-
-    with _score_tiles_recorded(head_dim, config, record), kernel_only():  # the student's own kernel
-        gqa_flash.flash_attention_forward(q, k, v, causal=causal)
-    return {f"{t},{bh}": n for (t, bh), n in sorted(counts.items())}, config
+    return _count_forward_tiles("forward", kernel_only(),  # the student's own kernel
+                                lambda q, k, v: gqa_flash.flash_attention_forward(q, k, v, causal=causal),
+                                batch, n_q_heads, n_kv_heads, seq_len, head_dim, seed)
 
 
 def windowed_score_tiles_per_program(seq_len=96, head_dim=32, window=5, sink_tokens=0, batch=1, n_q_heads=2,
@@ -69,9 +59,20 @@ def windowed_score_tiles_per_program(seq_len=96, head_dim=32, window=5, sink_tok
     if not runtime.INTERPRETER:
         return interpreter.in_interpreter(f"{__name__}:windowed_score_tiles_per_program", **kwargs)
     import gqa_flash
+
+    return _count_forward_tiles(
+        "windows", kernel_only("flash_attention_forward", part="windows"),
+        lambda q, k, v: gqa_flash.flash_attention_forward(q, k, v, window=window, sink_tokens=sink_tokens),
+        batch, n_q_heads, n_kv_heads, seq_len, head_dim, seed)
+
+
+def _count_forward_tiles(module, watch, run, batch, n_q_heads, n_kv_heads, seq_len, head_dim, seed):
+    """The counting both forward counters share: fresh fp32 inputs on the CPU, ``run(q, k, v)`` under ``watch``
+    (a ``kernel_only`` guard) with each score tile recorded against its program. ``module`` names the graded file
+    whose INTERPRETER_CONFIG sets the tiles. Returns ``({"query tile,batch * head": count}, config)``."""
     from gqa_flash.course import impl
 
-    config = impl.load("windows").INTERPRETER_CONFIG
+    config = impl.load(module).INTERPRETER_CONFIG
     q, k, v = random_qkv(batch=batch, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, seq_len=seq_len,
                          head_dim=head_dim, dtype=torch.float32, seed=seed, device="cpu")
     counts: dict = {}
@@ -80,8 +81,8 @@ def windowed_score_tiles_per_program(seq_len=96, head_dim=32, window=5, sink_tok
         program = tuple(int(i) for i in builder.grid_idx[:2])
         counts[program] = counts.get(program, 0) + 1
 
-    with _score_tiles_recorded(head_dim, config, record), kernel_only("flash_attention_forward", part="windows"):
-        gqa_flash.flash_attention_forward(q, k, v, window=window, sink_tokens=sink_tokens)
+    with _score_tiles_recorded(head_dim, config, record), watch:
+        run(q, k, v)
     return {f"{t},{bh}": n for (t, bh), n in sorted(counts.items())}, config
 
 
